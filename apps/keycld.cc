@@ -1,0 +1,130 @@
+// keycld: learn constrained Lagrangian dynamics in keypoint coordinates from images.
+// Subcommands: info, generate, render. Every error is one line on stderr and exit code 1
+// (2 for a command-line usage error, 130 for an interruption).
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "keycld/data/generate.h"
+#include "keycld/sim/gl_context.h"
+#include "keycld/sim/offscreen_renderer.h"
+#include "keycld/util/error.h"
+#include "keycld/util/image_io.h"
+
+using namespace keycld;
+
+namespace {
+
+std::string MujocoVersionString() {
+  int v = mj_version();
+  return std::to_string(v / 100) + "." + std::to_string((v / 10) % 10) + "." +
+         std::to_string(v % 10);
+}
+
+int RunInfo(const std::string& gl_name) {
+  std::printf("keycld %s\n", KEYCLD_VERSION);
+  std::printf("LibTorch %s (threads: %d intra-op, %u cores)\n", TORCH_VERSION,
+              torch::get_num_threads(), std::thread::hardware_concurrency());
+  std::printf("CUDA available: %s", torch::cuda::is_available() ? "yes" : "no");
+  if (torch::cuda::is_available()) std::printf(" (%zu devices)", torch::cuda::device_count());
+  std::printf("\nMuJoCo %s\n", MujocoVersionString().c_str());
+  std::printf("assets: %s\n", DefaultAssetsDir().c_str());
+  std::vector<std::string> attempts;
+  auto gl = GlContext::Create(ParseGlBackend(gl_name), &attempts);
+  for (const auto& a : attempts) std::printf("GL attempt failed: %s\n", a.c_str());
+  const GlInfo& i = gl->info();
+  std::printf("GL backend: %s via %s\nGL vendor: %s\nGL renderer: %s\nGL version: %s\n",
+              GlBackendName(i.backend).c_str(), i.platform.c_str(), i.vendor.c_str(),
+              i.renderer.c_str(), i.version.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"keycld: learning constrained Lagrangian dynamics in keypoint coordinates from "
+               "images (KeyCLD)"};
+  app.require_subcommand(1);
+  std::string gl_name = "auto";
+  app.add_option("--gl", gl_name, "OpenGL backend for headless rendering")
+      ->check(CLI::IsMember({"auto", "egl", "osmesa"}))
+      ->capture_default_str();
+
+  app.add_subcommand("info", "Print versions, threads, devices and the GL backend chosen");
+
+  // generate
+  GenerateOptions gen;
+  std::string env_name = "pendulum", control_name = "none", out_dir = "data";
+  auto* generate = app.add_subcommand("generate", "Generate a KeyCLD data set (HDF5)");
+  generate->add_option("--env", env_name, "pendulum | cartpole | acrobot")->capture_default_str();
+  generate->add_option("--control", control_name, "none | under | full")->capture_default_str();
+  generate->add_option("--runs", gen.runs, "Number of runs (the last 10% are validation)")
+      ->capture_default_str();
+  generate->add_option("--frames", gen.frames, "Frames per run")->capture_default_str();
+  generate->add_option("--size", gen.size, "Image side in pixels")->capture_default_str();
+  generate->add_option("--seed", gen.seed, "Random seed of the whole data set")
+      ->capture_default_str();
+  generate->add_option("--workers", gen.workers, "Render threads (0 = one per core)")
+      ->capture_default_str();
+  generate->add_option("--out", out_dir, "Output folder")->capture_default_str();
+  generate->add_flag("--force", gen.force, "Regenerate even if the file exists");
+
+  // render
+  std::string render_env = "pendulum", render_out = "frame.png";
+  std::vector<double> render_qpos;
+  int render_size = 256;
+  auto* render = app.add_subcommand("render", "Render one state of a system to a PNG");
+  render->add_option("--env", render_env, "pendulum | cartpole | acrobot")->capture_default_str();
+  render->add_option("--qpos", render_qpos, "Joint positions (rad / m); default all zero");
+  render->add_option("--size", render_size, "Image side in pixels")->capture_default_str();
+  render->add_option("--out", render_out, "PNG file")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (app.got_subcommand("info")) return RunInfo(gl_name);
+    if (app.got_subcommand("generate")) {
+      gen.env = ParseEnvName(env_name);
+      gen.control = ParseControlMode(control_name);
+      gen.out_dir = out_dir;
+      gen.gl = ParseGlBackend(gl_name);
+      GenerateResult r = GenerateDataset(gen);
+      if (r.reused) {
+        std::printf("reusing existing data set %s (same parameters; --force regenerates)\n",
+                    r.path.c_str());
+      } else {
+        std::printf("wrote %s: %d runs x %d frames at %dx%d in %.1f s (%.0f frames/s), "
+                    "VPT threshold eps = %.6f\n",
+                    r.path.c_str(), r.info.runs, r.info.frames, r.info.size, r.info.size,
+                    r.seconds, r.frames_per_second, r.info.vpt_epsilon);
+      }
+      return 0;
+    }
+    if (app.got_subcommand("render")) {
+      Environment env(ParseEnvName(render_env));
+      if (render_qpos.empty()) render_qpos.assign(env.nq(), 0.0);
+      env.Reset(render_qpos, std::vector<double>(env.nv(), 0.0));
+      auto gl = GlContext::Create(ParseGlBackend(gl_name));
+      OffscreenRenderer renderer(env, *gl, render_size);
+      std::vector<uint8_t> rgb(size_t(render_size) * render_size * 3);
+      renderer.Render(env, rgb);
+      WritePng(render_out, rgb, render_size, render_size);
+      std::printf("wrote %s\n", render_out.c_str());
+      return 0;
+    }
+  } catch (const Interrupted& e) {
+    std::fprintf(stderr, "keycld: %s\n", e.what());
+    return 130;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "keycld: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

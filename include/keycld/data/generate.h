@@ -1,0 +1,52 @@
+// Data set generation with MuJoCo physics and headless rendering (KEYCLD.md §7).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "keycld/data/dataset.h"
+#include "keycld/sim/environment.h"
+#include "keycld/sim/gl_context.h"
+
+namespace keycld {
+
+struct GenerateOptions {
+  EnvName env = EnvName::kPendulum;
+  ControlMode control = ControlMode::kNone;
+  int runs = 500;
+  int frames = 50;
+  int size = 64;
+  uint64_t seed = 0;
+  int workers = 0;  // 0 = one per core
+  GlBackend gl = GlBackend::kAuto;
+  std::filesystem::path out_dir = "data";
+  std::filesystem::path assets_dir = DefaultAssetsDir();
+  bool force = false;     // regenerate even if the file exists
+  bool progress = true;   // progress bar on a terminal
+};
+
+/// Throws InputError for an invalid option (counts ≤ 0, size outside [8, 1024], pendulum
+/// with "under", more workers than runs is fine).
+void ValidateGenerateOptions(const GenerateOptions& options);
+
+/// `<out_dir>/<env>-<control>-<size>px-<runs>x<frames>-seed<seed>.h5`.
+std::filesystem::path DatasetPath(const GenerateOptions& options);
+
+struct GenerateResult {
+  std::filesystem::path path;
+  bool reused = false;     // the file existed with identical parameters
+  double seconds = 0;      // wall time of the generation
+  double frames_per_second = 0;
+  DatasetInfo info;
+};
+
+/// Generates the data set (or reuses a matching existing file unless `force`), writing it
+/// atomically. Runs are distributed over `workers` threads, each with its own GL context;
+/// every run draws from its own random stream (seed, run), so the file content is the same
+/// for any worker count. Throws InputError, IoError, GlError, Interrupted (SIGINT/SIGTERM:
+/// nothing is left behind).
+GenerateResult GenerateDataset(const GenerateOptions& options);
+
+}  // namespace keycld

@@ -1,0 +1,181 @@
+#include "keycld/data/dataset.h"
+
+#include <filesystem>
+
+#include "hdf5.h"
+
+namespace keycld {
+
+int ValidationRunCount(int runs) {
+  if (runs < 2) return 0;
+  return std::max(1, runs / 10);
+}
+
+struct Dataset::Handle {
+  h5::Id file;
+};
+
+Dataset::Dataset(Dataset&&) noexcept = default;
+Dataset& Dataset::operator=(Dataset&&) noexcept = default;
+Dataset::~Dataset() = default;
+
+namespace {
+
+// Opens `name` and checks its element class, size and dimensions.
+h5::Id OpenChecked(hid_t file, const char* name, H5T_class_t cls, size_t elem_size,
+                   const std::vector<hsize_t>& dims, const std::string& path) {
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) {
+    throw FormatError(path + ": dataset '" + name + "' is missing");
+  }
+  h5::Id ds = h5::Check<FormatError>(H5Dopen2(file, name, H5P_DEFAULT),
+                                     path + ": cannot open dataset '" + name + "'");
+  h5::Id type = h5::Check<FormatError>(H5Dget_type(ds), path + ": dataset type");
+  if (H5Tget_class(type) != cls || H5Tget_size(type) != elem_size) {
+    throw FormatError(path + ": dataset '" + name + "' has the wrong element type");
+  }
+  auto got = h5::Dims(ds);
+  if (got != dims) {
+    auto fmt = [](const std::vector<hsize_t>& d) {
+      std::string s = "[";
+      for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+      return s + "]";
+    };
+    throw FormatError(path + ": dataset '" + name + "' has shape " + fmt(got) + ", expected " +
+                      fmt(dims));
+  }
+  return ds;
+}
+
+}  // namespace
+
+Dataset Dataset::Open(const std::filesystem::path& path) {
+  h5::Quiet();
+  const std::string p = path.string();
+  if (!std::filesystem::exists(path)) throw IoError("data set not found: '" + p + "'");
+  if (H5Fis_hdf5(p.c_str()) <= 0) {
+    throw FormatError("'" + p + "' is not an HDF5 file (truncated or foreign?)");
+  }
+  Dataset d;
+  d.path_ = path;
+  d.h_ = std::make_unique<Handle>();
+  d.h_->file = h5::Check<FormatError>(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
+                                      "cannot open '" + p + "' as HDF5 (truncated or corrupt?)");
+  hid_t f = d.h_->file;
+  if (!h5::HasAttr(f, "format") || h5::ReadStringAttr(f, "format", p) != kDatasetFormatName) {
+    throw FormatError("'" + p + "' is an HDF5 file but not a keycld data set (attribute " +
+                      "'format' is not '" + kDatasetFormatName + "')");
+  }
+  DatasetInfo& i = d.info_;
+  i.format_version = int(h5::ReadIntAttr(f, "format_version", p));
+  if (i.format_version != kDatasetFormatVersion) {
+    throw FormatError(p + ": format_version " + std::to_string(i.format_version) +
+                      " is not supported (expected " + std::to_string(kDatasetFormatVersion) +
+                      "); regenerate it with keycld generate --force");
+  }
+  try {
+    i.env = ParseEnvName(h5::ReadStringAttr(f, "env", p));
+    i.control = ParseControlMode(h5::ReadStringAttr(f, "control", p));
+  } catch (const InputError& e) {
+    throw FormatError(p + ": " + e.what());
+  }
+  i.runs = int(h5::ReadIntAttr(f, "runs", p));
+  i.frames = int(h5::ReadIntAttr(f, "frames", p));
+  i.size = int(h5::ReadIntAttr(f, "size", p));
+  i.seed = uint64_t(h5::ReadIntAttr(f, "seed", p));
+  i.nq = int(h5::ReadIntAttr(f, "nq", p));
+  i.nv = int(h5::ReadIntAttr(f, "nv", p));
+  i.nu = int(h5::ReadIntAttr(f, "nu", p));
+  i.dt = h5::ReadDoubleAttr(f, "dt", p);
+  i.vpt_epsilon = h5::ReadDoubleAttr(f, "vpt_epsilon", p);
+  i.train_runs = int(h5::ReadIntAttr(f, "train_runs", p));
+  i.validation_runs = int(h5::ReadIntAttr(f, "validation_runs", p));
+  i.mujoco_version = h5::ReadStringAttr(f, "mujoco_version", p);
+  i.keycld_version = h5::ReadStringAttr(f, "keycld_version", p);
+  i.gl_backend = h5::ReadStringAttr(f, "gl_backend", p);
+  i.gl_renderer = h5::ReadStringAttr(f, "gl_renderer", p);
+  if (i.runs < 1 || i.frames < 1 || i.size < 1 || i.nq < 1 || i.nv < 1 || i.nu < 1 ||
+      !(i.dt > 0) || i.train_runs + i.validation_runs != i.runs) {
+    throw FormatError(p + ": inconsistent attributes (runs, frames, size, nq, nv, nu, dt or " +
+                      "split)");
+  }
+  const hsize_t R = i.runs, N = i.frames, S = i.size;
+  OpenChecked(f, "images", H5T_INTEGER, 1, {R, N, S, S, 3}, p);
+  OpenChecked(f, "time", H5T_FLOAT, 8, {R, N}, p);
+  OpenChecked(f, "action", H5T_FLOAT, 8, {R, N, hsize_t(i.nu)}, p);
+  OpenChecked(f, "qpos", H5T_FLOAT, 8, {R, N, hsize_t(i.nq)}, p);
+  OpenChecked(f, "qvel", H5T_FLOAT, 8, {R, N, hsize_t(i.nv)}, p);
+  OpenChecked(f, "mean_image", H5T_FLOAT, 4, {S, S, 3}, p);
+  OpenChecked(f, "split/train", H5T_INTEGER, 8, {hsize_t(i.train_runs)}, p);
+  OpenChecked(f, "split/validation", H5T_INTEGER, 8, {hsize_t(i.validation_runs)}, p);
+  return d;
+}
+
+namespace {
+
+template <typename T>
+std::vector<T> ReadRunSlab(hid_t file, const char* name, hid_t mem_type, int run,
+                           const DatasetInfo& info, const std::string& path) {
+  if (run < 0 || run >= info.runs) {
+    throw InputError(path + ": run " + std::to_string(run) + " out of range [0, " +
+                     std::to_string(info.runs) + ")");
+  }
+  h5::Id ds = h5::Check<FormatError>(H5Dopen2(file, name, H5P_DEFAULT), path + ": " + name);
+  auto dims = h5::Dims(ds);
+  std::vector<hsize_t> offset(dims.size(), 0), count = dims;
+  offset[0] = hsize_t(run);
+  count[0] = 1;
+  size_t n = 1;
+  for (auto c : count) n *= c;
+  std::vector<T> out(n);
+  h5::ReadSlab(ds, mem_type, out.data(), offset, count, path + ": " + name);
+  return out;
+}
+
+template <typename T>
+std::vector<T> ReadAll(hid_t file, const char* name, hid_t mem_type, const std::string& path) {
+  h5::Id ds = h5::Check<FormatError>(H5Dopen2(file, name, H5P_DEFAULT), path + ": " + name);
+  auto dims = h5::Dims(ds);
+  size_t n = 1;
+  for (auto c : dims) n *= c;
+  std::vector<T> out(n);
+  if (n > 0) h5::ReadSlab(ds, mem_type, out.data(), std::vector<hsize_t>(dims.size(), 0), dims,
+                          path + ": " + name);
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> Dataset::ReadImages(int run) const {
+  return ReadRunSlab<uint8_t>(h_->file, "images", H5T_NATIVE_UINT8, run, info_, path_.string());
+}
+std::vector<double> Dataset::ReadTime(int run) const {
+  return ReadRunSlab<double>(h_->file, "time", H5T_NATIVE_DOUBLE, run, info_, path_.string());
+}
+std::vector<double> Dataset::ReadAction(int run) const {
+  return ReadRunSlab<double>(h_->file, "action", H5T_NATIVE_DOUBLE, run, info_, path_.string());
+}
+std::vector<double> Dataset::ReadQpos(int run) const {
+  return ReadRunSlab<double>(h_->file, "qpos", H5T_NATIVE_DOUBLE, run, info_, path_.string());
+}
+std::vector<double> Dataset::ReadQvel(int run) const {
+  return ReadRunSlab<double>(h_->file, "qvel", H5T_NATIVE_DOUBLE, run, info_, path_.string());
+}
+std::vector<float> Dataset::ReadMeanImage() const {
+  return ReadAll<float>(h_->file, "mean_image", H5T_NATIVE_FLOAT, path_.string());
+}
+std::vector<int64_t> Dataset::TrainRuns() const {
+  return ReadAll<int64_t>(h_->file, "split/train", H5T_NATIVE_INT64, path_.string());
+}
+std::vector<int64_t> Dataset::ValidationRuns() const {
+  return ReadAll<int64_t>(h_->file, "split/validation", H5T_NATIVE_INT64, path_.string());
+}
+std::vector<double> Dataset::ReadGridQpos(int* count) const {
+  auto q = ReadAll<double>(h_->file, "grid/qpos", H5T_NATIVE_DOUBLE, path_.string());
+  if (count) *count = info_.nq > 0 ? int(q.size()) / info_.nq : 0;
+  return q;
+}
+std::vector<uint8_t> Dataset::ReadGridImages() const {
+  return ReadAll<uint8_t>(h_->file, "grid/images", H5T_NATIVE_UINT8, path_.string());
+}
+
+}  // namespace keycld

@@ -1,0 +1,62 @@
+#include "keycld/util/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <string>
+#include <system_error>
+
+#include "keycld/util/error.h"
+
+namespace keycld {
+
+namespace fs = std::filesystem;
+
+AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
+  fs::path dir = target_.parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    throw IoError("cannot create output directory '" + dir.string() + "': " + ec.message());
+  }
+  std::random_device rd;
+  temp_ = dir / ("." + target_.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                 std::to_string(rd() % 100000));
+  // Probe that the directory is writable before any long work starts.
+  int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  if (fd < 0) {
+    throw IoError("cannot write in output directory '" + dir.string() +
+                  "': " + std::strerror(errno));
+  }
+  ::close(fd);
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove(temp_, ec);
+  }
+}
+
+void AtomicFile::Commit() {
+  int fd = ::open(temp_.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    int err = errno;
+    if (fd >= 0) ::close(fd);
+    throw IoError("cannot flush '" + temp_.string() + "': " + std::strerror(err));
+  }
+  ::close(fd);
+  std::error_code ec;
+  fs::rename(temp_, target_, ec);
+  if (ec) {
+    throw IoError("cannot move '" + temp_.string() + "' to '" + target_.string() +
+                  "': " + ec.message());
+  }
+  committed_ = true;
+}
+
+}  // namespace keycld
