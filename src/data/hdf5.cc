@@ -7,14 +7,15 @@ namespace keycld::h5 {
 void Quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 void WriteAttr(hid_t obj, const char* name, const std::string& value) {
+  // Variable-length UTF-8, which h5py returns as str.
   Id type = Check(H5Tcopy(H5T_C_S1), "H5Tcopy");
-  H5Tset_size(type, value.empty() ? 1 : value.size());
-  H5Tset_strpad(type, H5T_STR_NULLTERM);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
   Id space = Check(H5Screate(H5S_SCALAR), "H5Screate");
   Id attr = Check(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT),
                   std::string("cannot create attribute ") + name);
-  std::string padded = value.empty() ? std::string(1, '\0') : value;
-  Check(H5Awrite(attr, type, padded.data()), std::string("cannot write attribute ") + name, 0);
+  const char* data = value.c_str();
+  Check(H5Awrite(attr, type, &data), std::string("cannot write attribute ") + name, 0);
 }
 
 void WriteAttr(hid_t obj, const char* name, int64_t value) {
@@ -55,6 +56,7 @@ std::string ReadStringAttr(hid_t obj, const char* name, const std::string& file)
     char* s = nullptr;
     Id mem = Check(H5Tcopy(H5T_C_S1), "H5Tcopy");
     H5Tset_size(mem, H5T_VARIABLE);
+    H5Tset_cset(mem, H5Tget_cset(type));
     Check<FormatError>(H5Aread(attr, mem, &s), file + ": cannot read attribute " + name, 0);
     std::string out = s ? s : "";
     H5free_memory(s);

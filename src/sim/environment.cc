@@ -174,13 +174,20 @@ void Environment::SetAction(std::span<const double> u) {
   std::copy(u.begin(), u.end(), data_->ctrl);
 }
 
-void Environment::Step() { mj_step(model_, data_); }
+void Environment::Step() {
+  mj_step(model_, data_);
+  // mj_step leaves the derived quantities (body and site positions, camera, mass matrix) at
+  // the state before the step; recompute them so that rendering, keypoints and energy all
+  // describe the new state.
+  mj_forward(model_, data_);
+}
 
 std::vector<double> Environment::qpos() const { return {data_->qpos, data_->qpos + nq()}; }
 std::vector<double> Environment::qvel() const { return {data_->qvel, data_->qvel + nv()}; }
 std::vector<double> Environment::action() const { return {data_->ctrl, data_->ctrl + nu()}; }
 
 double Environment::TotalEnergy() {
+  mj_fwdPosition(model_, data_);
   mj_energyPos(model_, data_);
   mj_energyVel(model_, data_);
   return data_->energy[0] + data_->energy[1];

@@ -66,7 +66,8 @@ class Environment {
   void ResetRandom(Rng& rng);
   /// Sets the constant control u [nu] (actuator units; torque = gear · u).
   void SetAction(std::span<const double> u);
-  /// Advances one physics step of timestep() seconds.
+  /// Advances one physics step of timestep() seconds; positions of bodies, sites and camera
+  /// are then those of the new state.
   void Step();
 
   std::vector<double> qpos() const;

@@ -43,4 +43,11 @@ class Interrupted : public Error {
   using Error::Error;
 };
 
+/// A numerical computation failed: non-finite values, or an adaptive integrator exceeded its
+/// step budget or could not meet its tolerance.
+class NumericalError : public Error {
+ public:
+  using Error::Error;
+};
+
 }  // namespace keycld
