@@ -1,0 +1,192 @@
+// Integrators (KEYCLD.md §5) against the harmonic oscillator's exact solution: convergence
+// orders of Euler and RK4, Dormand–Prince accuracy at its tolerance, gradients through a
+// rollout, and typed errors for budgets, divergence and malformed input.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+
+#include "keycld/dynamics/dynamics.h"
+#include "keycld/dynamics/integrators.h"
+#include "keycld/util/error.h"
+
+namespace keycld {
+namespace {
+
+const torch::TensorOptions kF64 = torch::TensorOptions().dtype(torch::kFloat64);
+constexpr double kOmega = 2.0;  // rad/s
+
+// ẍ = −ω² x; x(t) = x0 cos ωt + (v0/ω) sin ωt.
+torch::Tensor Oscillator(const torch::Tensor& x, const torch::Tensor& /*xdot*/) {
+  return -kOmega * kOmega * x;
+}
+
+torch::Tensor ExactPosition(const torch::Tensor& x0, const torch::Tensor& v0, double t) {
+  return x0 * std::cos(kOmega * t) + v0 * (std::sin(kOmega * t) / kOmega);
+}
+
+struct Start {
+  torch::Tensor x0, v0;
+};
+
+Start OscillatorStart() {
+  return {torch::tensor({{1.0, -0.5}, {0.2, 0.0}}, kF64),
+          torch::tensor({{0.0, 1.0}, {-0.3, 2.0}}, kF64)};
+}
+
+// Max error of the final position after integrating to t = 1 s with step dt.
+double FinalError(IntegratorMethod method, double dt) {
+  const Start s = OscillatorStart();
+  const int64_t steps = std::llround(1.0 / dt);
+  const Trajectory traj = Rollout(Oscillator, s.x0, s.v0, dt, steps, method);
+  const torch::Tensor last = traj.x.select(1, steps);
+  return (last - ExactPosition(s.x0, s.v0, steps * dt)).abs().max().item<double>();
+}
+
+TEST(IntegratorTest, EulerConvergesWithOrderOne) {
+  const double e1 = FinalError(IntegratorMethod::kEuler, 1e-3);
+  const double e2 = FinalError(IntegratorMethod::kEuler, 5e-4);
+  const double ratio = e1 / e2;
+  EXPECT_GT(ratio, 1.9);
+  EXPECT_LT(ratio, 2.1);
+}
+
+TEST(IntegratorTest, Rk4ConvergesWithOrderFour) {
+  const double e1 = FinalError(IntegratorMethod::kRk4, 0.05);
+  const double e2 = FinalError(IntegratorMethod::kRk4, 0.025);
+  const double ratio = e1 / e2;
+  EXPECT_GT(ratio, 15.0);
+  EXPECT_LT(ratio, 17.0);
+}
+
+TEST(IntegratorTest, Dopri5MatchesHarmonicOscillatorToTolerance) {
+  const Start s = OscillatorStart();
+  std::vector<double> times;
+  for (int i = 0; i <= 50; ++i) times.push_back(0.1 * i);  // 5 s, 1.6 periods
+  const Trajectory traj = Rollout(Oscillator, s.x0, s.v0, times, IntegratorMethod::kDopri5);
+  ASSERT_EQ(traj.x.sizes(), (std::vector<int64_t>{2, 51, 2}));
+  ASSERT_EQ(traj.xdot.sizes(), (std::vector<int64_t>{2, 51, 2}));
+  double max_err = 0.0;
+  for (size_t i = 0; i < times.size(); ++i) {
+    const torch::Tensor exact = ExactPosition(s.x0, s.v0, times[i]);
+    max_err = std::max(max_err, (traj.x.select(1, i) - exact).abs().max().item<double>());
+  }
+  // Local error per step ≤ tolerance (1.4e-8 · (1 + |y|)); the global error over ~100 steps
+  // stays within a few hundred times that.
+  EXPECT_LT(max_err, 1e-6);
+  EXPECT_GT(traj.accepted_steps, 0);
+  EXPECT_GE(traj.rejected_steps, 0);
+  EXPECT_EQ(traj.evaluations, 1 + 1 + 6 * (traj.accepted_steps + traj.rejected_steps));
+  // Velocities too: ẋ(t) = −x0 ω sin ωt + v0 cos ωt.
+  const double t = times.back();
+  const torch::Tensor v_exact = -s.x0 * kOmega * std::sin(kOmega * t) + s.v0 * std::cos(kOmega * t);
+  EXPECT_LT((traj.xdot.select(1, 50) - v_exact).abs().max().item<double>(), 2e-6);
+}
+
+TEST(IntegratorTest, Dopri5TighterToleranceIsMoreAccurate) {
+  const Start s = OscillatorStart();
+  auto error = [&](double tol) {
+    IntegratorOptions o;
+    o.rtol = o.atol = tol;
+    const Trajectory traj =
+        Rollout(Oscillator, s.x0, s.v0, {0.0, 3.0}, IntegratorMethod::kDopri5, o);
+    return (traj.x.select(1, 1) - ExactPosition(s.x0, s.v0, 3.0)).abs().max().item<double>();
+  };
+  const double loose = error(1e-5), tight = error(1e-10);
+  EXPECT_LT(tight, loose);
+  EXPECT_LT(tight, 1e-8);
+}
+
+TEST(IntegratorTest, GradientFlowsThroughRollout) {
+  // ∂x(T)/∂x0 = cos ωT for the oscillator.
+  const double t_end = 0.8;
+  for (IntegratorMethod method : {IntegratorMethod::kRk4, IntegratorMethod::kDopri5}) {
+    torch::Tensor x0 = torch::tensor({{0.7}}, kF64).requires_grad_(true);
+    const torch::Tensor v0 = torch::tensor({{0.1}}, kF64);
+    const Trajectory traj = Rollout(Oscillator, x0, v0, 0.01, 80, method);
+    ASSERT_NEAR(80 * 0.01, t_end, 1e-12);
+    const torch::Tensor g = torch::autograd::grad({traj.x.select(1, 80).sum()}, {x0})[0];
+    EXPECT_NEAR(g.item<double>(), std::cos(kOmega * t_end), 1e-7) << IntegratorMethodString(method);
+  }
+}
+
+TEST(IntegratorTest, FollowsDtypeOfTheInitialState) {
+  const torch::Tensor x0 = torch::ones({3, 4}), v0 = torch::zeros({3, 4});
+  for (IntegratorMethod method :
+       {IntegratorMethod::kEuler, IntegratorMethod::kRk4, IntegratorMethod::kDopri5}) {
+    const Trajectory traj = Rollout(Oscillator, x0, v0, 0.01, 5, method);
+    EXPECT_EQ(traj.x.scalar_type(), torch::kFloat32);
+    EXPECT_EQ(traj.x.sizes(), (std::vector<int64_t>{3, 6, 4}));
+    EXPECT_TRUE(torch::equal(traj.x.select(1, 0), x0));
+  }
+}
+
+TEST(IntegratorTest, SubstepsEqualSmallerSteps) {
+  const Start s = OscillatorStart();
+  IntegratorOptions o;
+  o.substeps = 4;
+  const Trajectory coarse = Rollout(Oscillator, s.x0, s.v0, 0.04, 5, IntegratorMethod::kEuler, o);
+  const Trajectory fine = Rollout(Oscillator, s.x0, s.v0, 0.01, 20, IntegratorMethod::kEuler);
+  EXPECT_LT((coarse.x.select(1, 5) - fine.x.select(1, 20)).abs().max().item<double>(), 1e-14);
+  EXPECT_EQ(coarse.accepted_steps, 20);
+}
+
+TEST(IntegratorTest, StepBudgetThrowsNumericalError) {
+  const Start s = OscillatorStart();
+  IntegratorOptions o;
+  o.max_steps = 5;
+  EXPECT_THROW(Rollout(Oscillator, s.x0, s.v0, {0.0, 100.0}, IntegratorMethod::kDopri5, o),
+               NumericalError);
+  try {
+    Rollout(Oscillator, s.x0, s.v0, {0.0, 100.0}, IntegratorMethod::kDopri5, o);
+  } catch (const NumericalError& e) {
+    EXPECT_NE(std::string(e.what()).find("max_steps = 5"), std::string::npos) << e.what();
+  }
+}
+
+TEST(IntegratorTest, NonFiniteStatesThrowNumericalError) {
+  // ẍ = x³ blows up in finite time (x0 = 1: t* = √2 ≈ 1.41 s).
+  auto blow_up = [](const torch::Tensor& x, const torch::Tensor&) { return x.pow(3) * 1e3; };
+  const torch::Tensor x0 = torch::ones({1, 1}, kF64), v0 = torch::zeros({1, 1}, kF64);
+  for (IntegratorMethod method : {IntegratorMethod::kEuler, IntegratorMethod::kRk4}) {
+    EXPECT_THROW(Rollout(blow_up, x0, v0, 0.1, 50, method), NumericalError);
+  }
+  EXPECT_THROW(Rollout(blow_up, x0, v0, {0.0, 10.0}, IntegratorMethod::kDopri5), NumericalError);
+  auto nan = [](const torch::Tensor& x, const torch::Tensor&) {
+    return x * std::numeric_limits<double>::quiet_NaN();
+  };
+  for (IntegratorMethod method :
+       {IntegratorMethod::kEuler, IntegratorMethod::kRk4, IntegratorMethod::kDopri5}) {
+    EXPECT_THROW(Rollout(nan, x0, v0, 0.1, 3, method), NumericalError);
+  }
+}
+
+TEST(IntegratorTest, RejectsMalformedInput) {
+  const Start s = OscillatorStart();
+  EXPECT_THROW(Rollout(Oscillator, s.x0, s.v0, {0.0, 0.0}, IntegratorMethod::kRk4), InputError);
+  EXPECT_THROW(Rollout(Oscillator, s.x0, s.v0, std::vector<double>{}, IntegratorMethod::kRk4),
+               InputError);
+  EXPECT_THROW(Rollout(Oscillator, s.x0, s.v0.narrow(1, 0, 1), 0.1, 2, IntegratorMethod::kRk4),
+               InputError);
+  EXPECT_THROW(Rollout(Oscillator, s.x0, s.v0, -0.1, 2, IntegratorMethod::kRk4), InputError);
+  IntegratorOptions o;
+  o.rtol = 0.0;
+  EXPECT_THROW(Rollout(Oscillator, s.x0, s.v0, 0.1, 2, IntegratorMethod::kDopri5, o), InputError);
+  EXPECT_THROW(ParseIntegratorMethod("leapfrog"), InputError);
+  EXPECT_EQ(ParseIntegratorMethod("dopri5"), IntegratorMethod::kDopri5);
+}
+
+TEST(IntegratorTest, DynamicsWithActionDrivesTheIntegrator) {
+  // ẍ = u (constant action): x(t) = x0 + v0 t + u t²/2, exact for RK4.
+  FunctionDynamics dynamics([](const torch::Tensor& x, const torch::Tensor&,
+                               const torch::Tensor& u) { return torch::zeros_like(x) + u; });
+  const torch::Tensor u = torch::tensor({{0.5, -1.0}}, kF64);
+  const torch::Tensor x0 = torch::zeros({1, 2}, kF64), v0 = torch::ones({1, 2}, kF64);
+  const Trajectory traj = Rollout(dynamics.WithAction(u), x0, v0, 0.1, 10, IntegratorMethod::kRk4);
+  const torch::Tensor expected = x0 + v0 * 1.0 + u * 0.5;
+  EXPECT_LT((traj.x.select(1, 10) - expected).abs().max().item<double>(), 1e-13);
+}
+
+}  // namespace
+}  // namespace keycld
