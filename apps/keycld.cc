@@ -1,16 +1,19 @@
 // keycld: learn constrained Lagrangian dynamics in keypoint coordinates from images.
-// Subcommands: info, generate, render. Every error is one line on stderr and exit code 1
+// Subcommands: info, generate, render, train. Every error is one line on stderr and exit code 1
 // (2 for a command-line usage error, 130 for an interruption).
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "keycld/data/generate.h"
 #include "keycld/sim/gl_context.h"
 #include "keycld/sim/offscreen_renderer.h"
+#include "keycld/train/trainer.h"
 #include "keycld/util/error.h"
 #include "keycld/util/image_io.h"
 
@@ -82,6 +85,28 @@ int main(int argc, char** argv) {
   render->add_option("--size", render_size, "Image side in pixels")->capture_default_str();
   render->add_option("--out", render_out, "PNG file")->capture_default_str();
 
+  // train
+  std::string train_data, train_out, train_config, train_device, train_dynamics;
+  std::optional<int> train_epochs, train_hidden, train_threads;
+  std::optional<double> train_lr;
+  std::optional<int64_t> train_steps;
+  std::optional<uint64_t> train_seed;
+  bool train_resume = false;
+  auto* train = app.add_subcommand("train", "Train KeyCLD on a data set (unsupervised)");
+  train->add_option("--data", train_data, "HDF5 data set (keycld generate)");
+  train->add_option("--out", train_out, "Run folder (config.toml, checkpoints/, metrics.jsonl)")
+      ->required();
+  train->add_option("--config", train_config, "TOML preset (configs/*.toml)");
+  train->add_option("--epochs", train_epochs, "Epochs over the training runs (paper: 40)");
+  train->add_option("--hidden", train_hidden, "Hidden width h (paper: 32)");
+  train->add_option("--lr", train_lr, "Learning rate of estimator and renderer (paper: 3e-4)");
+  train->add_option("--steps", train_steps, "Stop after this many steps in total");
+  train->add_option("--seed", train_seed, "Random seed");
+  train->add_option("--threads", train_threads, "LibTorch threads (0 = all cores)");
+  train->add_option("--device", train_device, "cpu | cuda | cuda:N");
+  train->add_option("--dynamics", train_dynamics, "constrained (KeyCLD) | unconstrained (NC)");
+  train->add_flag("--resume", train_resume, "Continue the run in --out from its last checkpoint");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -105,6 +130,45 @@ int main(int argc, char** argv) {
                     r.path.c_str(), r.info.runs, r.info.frames, r.info.size, r.info.size,
                     r.seconds, r.frames_per_second, r.info.vpt_epsilon);
       }
+      return 0;
+    }
+    if (app.got_subcommand("train")) {
+      TrainOptions t;
+      t.run_dir = train_out;
+      t.resume = train_resume;
+      if (train_resume) {
+        auto saved = std::filesystem::path(train_out) / "config.toml";
+        if (!std::filesystem::exists(saved)) {
+          throw InputError("nothing to resume: '" + saved.string() + "' does not exist");
+        }
+        t.config = TrainConfig::FromToml(saved);
+        if (!train_config.empty() || train_hidden || train_seed || !train_dynamics.empty() ||
+            (!train_data.empty() && std::filesystem::path(train_data) != t.config.data)) {
+          throw InputError("--resume continues the saved configuration; only --epochs, "
+                           "--steps, --lr, --threads and --device may change");
+        }
+      } else {
+        if (!train_config.empty()) t.config = TrainConfig::FromToml(train_config);
+        if (!train_data.empty()) t.config.data = train_data;
+        if (t.config.data.empty()) throw InputError("--data is required (or [data] file in --config)");
+        if (train_hidden) t.config.hidden = *train_hidden;
+        if (train_seed) t.config.seed = *train_seed;
+        if (!train_dynamics.empty()) t.config.dynamics = ParseDynamicsKind(train_dynamics);
+      }
+      if (train_epochs) t.config.epochs = *train_epochs;
+      if (train_steps) t.config.max_steps = *train_steps;
+      if (train_lr) t.config.lr = *train_lr;
+      if (train_threads) t.config.threads = *train_threads;
+      if (!train_device.empty()) t.config.device = train_device;
+      TrainSummary r = Train(t);
+      std::printf("trained %lld steps (%lld epochs) in %.1f s, %.3f s/step; ",
+                  static_cast<long long>(r.steps), static_cast<long long>(r.epochs_completed),
+                  r.seconds, r.seconds_per_step);
+      if (r.val_vpt_mean >= 0) {
+        std::printf("validation VPT mean %.2f, median %.1f frames (%d runs); ", r.val_vpt_mean,
+                    r.val_vpt_median, r.val_runs);
+      }
+      std::printf("checkpoint %s\n", r.checkpoint.c_str());
       return 0;
     }
     if (app.got_subcommand("render")) {

@@ -19,7 +19,7 @@ struct GenerateOptions {
   int frames = 50;
   int size = 64;
   uint64_t seed = 0;
-  int workers = 0;  // 0 = one per core
+  int workers = 0;  // worker processes, 0 = one per core
   GlBackend gl = GlBackend::kAuto;
   std::filesystem::path out_dir = "data";
   std::filesystem::path assets_dir = DefaultAssetsDir();
@@ -43,7 +43,8 @@ struct GenerateResult {
 };
 
 /// Generates the data set (or reuses a matching existing file unless `force`), writing it
-/// atomically. Runs are distributed over `workers` threads, each with its own GL context;
+/// atomically. Runs are distributed over `workers` forked processes, each with its own GL
+/// context (Mesa serializes the contexts of one process);
 /// every run draws from its own random stream (seed, run), so the file content is the same
 /// for any worker count. Throws InputError, IoError, GlError, Interrupted (SIGINT/SIGTERM:
 /// nothing is left behind).

@@ -1,0 +1,59 @@
+// Seconds per training step (one sequence: forward, backward, clip, Adam), KEYCLD.md §6.
+// Run: build/train_bench [--benchmark_filter=...]; the threads argument is LibTorch's
+// intra-op thread count.
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include "keycld/train/loss.h"
+#include "keycld/train/vpt.h"
+
+namespace keycld {
+namespace {
+
+// Args: image size, hidden width h, frames N, environment (0 pendulum, 1 cartpole), threads.
+void BM_TrainStep(benchmark::State& state) {
+  torch::set_num_threads(int(state.range(4)));
+  torch::manual_seed(0);
+  ModelSpec spec;
+  spec.env = state.range(3) == 0 ? EnvName::kPendulum : EnvName::kCartpole;
+  spec.num_keypoints = KeypointCount(spec.env);
+  spec.action_dim = spec.env == EnvName::kPendulum ? 1 : 2;
+  spec.image_size = int(state.range(0));
+  spec.hidden = int(state.range(1));
+  spec.dt = 0.02;
+  KeycldModel model(spec);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(model->PerceptionParameters(),
+                      std::make_unique<torch::optim::AdamOptions>(3e-4));
+  groups.emplace_back(model->DynamicsParameters(),
+                      std::make_unique<torch::optim::AdamOptions>(6e-5));
+  torch::optim::Adam adam(std::move(groups), torch::optim::AdamOptions(3e-4));
+  const int64_t N = state.range(2), S = spec.image_size;
+  torch::Tensor images = torch::rand({N, 3, S, S});
+  torch::Tensor u = torch::zeros({spec.action_dim});
+  torch::Tensor ids = torch::randint(0, 8, {N}, torch::kInt64);
+  for (auto _ : state) {
+    LossTerms loss = SequenceLoss(model, images, u, ids, {});
+    adam.zero_grad();
+    loss.total.backward();
+    for (auto& p : model->parameters())
+      if (p.grad().defined()) p.grad().clamp_(-5, 5);
+    adam.step();
+  }
+  state.SetLabel(EnvNameString(spec.env) + " " + std::to_string(S) + "px h=" +
+                 std::to_string(spec.hidden) + " N=" + std::to_string(N) + " threads=" +
+                 std::to_string(state.range(4)));
+}
+BENCHMARK(BM_TrainStep)
+    ->Args({64, 32, 50, 0, 2})   // the paper's setting
+    ->Args({64, 32, 50, 0, 1})
+    ->Args({32, 16, 50, 0, 2})   // CPU quick preset
+    ->Args({32, 16, 50, 1, 2})
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime()
+    ->MinTime(5.0);
+
+}  // namespace
+}  // namespace keycld
+
+BENCHMARK_MAIN();

@@ -1,0 +1,45 @@
+// Checkpoints of training runs: model, optimizer and the exact training position, in one
+// LibTorch archive written atomically.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "keycld/train/keycld_model.h"
+
+namespace keycld {
+
+inline constexpr const char* kCheckpointFormat = "keycld-checkpoint";
+inline constexpr int64_t kCheckpointVersion = 1;
+
+/// Where training stands: enough to continue bit for bit.
+struct TrainPosition {
+  int64_t step = 0;           // optimizer steps done
+  int64_t epoch = 0;          // current epoch (0-based)
+  int64_t step_in_epoch = 0;  // sequences of this epoch already used
+  std::vector<int64_t> order; // this epoch's order of training runs
+  std::string rng_state;      // std::mt19937_64 state (augmentation, shuffling)
+};
+
+/// Writes `file` atomically (temporary + rename). `optimizer` may be null (model only).
+/// Throws IoError.
+void SaveCheckpoint(const std::filesystem::path& file, KeycldModel& model,
+                    torch::optim::Optimizer* optimizer, const TrainPosition& position);
+
+/// Reads the model spec of a checkpoint. Throws IoError (missing) or FormatError (corrupt,
+/// foreign, other version), naming the file.
+ModelSpec ReadCheckpointSpec(const std::filesystem::path& file);
+
+/// Loads a model from a checkpoint onto `device`.
+KeycldModel LoadModel(const std::filesystem::path& file, const torch::Device& device);
+
+/// Restores parameters, optimizer state and position into an existing model/optimizer of the
+/// same spec. Throws FormatError if the checkpoint does not match.
+void LoadCheckpoint(const std::filesystem::path& file, KeycldModel& model,
+                    torch::optim::Optimizer* optimizer, TrainPosition* position);
+
+}  // namespace keycld

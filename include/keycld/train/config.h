@@ -1,0 +1,55 @@
+// Training configuration: TOML presets (configs/*.toml) + command-line overrides.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "keycld/sim/environment.h"
+
+namespace keycld {
+
+/// Which dynamics the model learns (KEYCLD.md §5, §9).
+enum class DynamicsKind {
+  kConstrained,    // KeyCLD: constrained Lagrangian
+  kUnconstrained,  // KeyCLD-NC ablation: ẍ = M⁻¹ f
+};
+DynamicsKind ParseDynamicsKind(const std::string& name);
+std::string DynamicsKindName(DynamicsKind kind);
+
+/// Every setting of a training run. Defaults are the paper's (KEYCLD.md §3, §6).
+struct TrainConfig {
+  // [data]
+  std::filesystem::path data;       // HDF5 data set (keycld generate)
+  std::string env;                  // expected environment ("" = take it from the data set)
+  // [model]
+  int hidden = 32;                  // h
+  double sigma = 0.1;               // Gaussian map width, normalized units
+  DynamicsKind dynamics = DynamicsKind::kConstrained;
+  // [train]
+  int epochs = 40;
+  int64_t max_steps = 0;            // stop after this many steps in total (0 = no limit)
+  double lr = 3e-4;                 // estimator and renderer
+  double dynamics_lr_scale = 0.2;   // mass, potential, input matrix: lr · scale
+  double grad_clip = 5.0;           // element-wise clip before Adam
+  int horizon = 4;                  // P, Euler steps of the dynamics loss
+  double w_dyn = 1.0, w_bce = 1.0;
+  bool augment = true;              // dihedral augmentation of the estimator input
+  uint64_t seed = 0;
+  int threads = 0;                  // LibTorch intra-op threads (0 = all cores)
+  std::string device = "cpu";       // cpu | cuda | cuda:N
+  // [eval]
+  int val_runs = 10;                // validation runs for the per-epoch VPT (0 = all)
+  double rtol = 1.4e-8, atol = 1.4e-8;  // Dormand–Prince tolerances
+
+  /// Reads a TOML file; unknown keys and wrong types throw InputError naming the key.
+  static TrainConfig FromToml(const std::filesystem::path& file);
+  /// Fills fields from a TOML string (same rules); `origin` names it in errors.
+  void MergeToml(const std::string& text, const std::string& origin);
+  /// Throws InputError for an out-of-range value.
+  void Validate() const;
+  /// The resolved config as TOML (saved in the run folder as config.toml).
+  std::string ToToml() const;
+};
+
+}  // namespace keycld

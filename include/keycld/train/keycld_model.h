@@ -1,0 +1,108 @@
+// The whole KeyCLD model (KEYCLD.md §1, §3, §5): keypoint estimator, renderer, and the
+// learned constrained Lagrangian (mass matrix, potential energy, input matrix, holonomic
+// constraints), with the operations later commands reuse: encode, render, energy terms,
+// rollout. Saved to and loaded from checkpoints (checkpoint.h).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "keycld/dynamics/integrators.h"
+#include "keycld/dynamics/lagrangian.h"
+#include "keycld/model/keypoint_estimator.h"
+#include "keycld/model/mechanics.h"
+#include "keycld/model/renderer.h"
+#include "keycld/sim/environment.h"
+#include "keycld/train/config.h"
+
+namespace keycld {
+
+/// What fixes the shapes of a model; stored in every checkpoint.
+struct ModelSpec {
+  EnvName env = EnvName::kPendulum;
+  int num_keypoints = 1;   // K: pendulum 1, cartpole 2, acrobot 2 (KEYCLD.md §4)
+  int action_dim = 1;      // A: the system's actuators
+  int hidden = 32;         // h
+  int image_size = 64;     // H = W
+  double sigma = 0.1;      // Gaussian map width
+  double dt = 0.02;        // frame interval (s)
+  DynamicsKind dynamics = DynamicsKind::kConstrained;
+
+  /// Throws InputError for inconsistent values (size not a multiple of 4, h not a multiple of
+  /// 8 or smaller than K, ...).
+  void Validate() const;
+};
+
+/// Number of keypoints of an environment (KEYCLD.md §4).
+int KeypointCount(EnvName env);
+
+/// Encoded frames.
+struct Encoding {
+  torch::Tensor keypoints;  // [T, K, 2], normalized image coordinates
+  torch::Tensor heatmaps;   // [T, K, H, W], spatial-softmax probabilities
+};
+
+class KeycldModelImpl : public torch::nn::Module {
+ public:
+  explicit KeycldModelImpl(const ModelSpec& spec);
+
+  const ModelSpec& spec() const { return spec_; }
+
+  /// Images float [T, 3, H, W] in [0, 1] → keypoints and heatmaps (KEYCLD.md §3). With
+  /// `transform_ids` int64 [T] each frame gets its dihedral transform (§6 augmentation).
+  Encoding Encode(const torch::Tensor& images, const torch::Tensor& transform_ids = {});
+  /// Keypoints [T, K, 2] → images [T, 3, H, W] in (0, 1).
+  torch::Tensor Render(const torch::Tensor& keypoints);
+
+  /// Mass matrix diagonal [2K] (M = diag(m₁², m₁², …)).
+  torch::Tensor MassDiagonal() { return mass->Diagonal(); }
+  /// Potential energy V(x): x [B, 2K] → [B].
+  torch::Tensor Potential(const torch::Tensor& x) { return potential->forward(x); }
+  /// ∇V(x): [B, 2K] → [B, 2K].
+  torch::Tensor PotentialGradient(const torch::Tensor& x);
+  /// Input matrix B(x): [B, 2K] → [B, 2K, A].
+  torch::Tensor InputMatrix(const torch::Tensor& x) { return input_matrix->forward(x); }
+  /// ẍ = g(x, ẋ, u) of the model's dynamics (constrained, or unconstrained for KeyCLD-NC):
+  /// x, ẋ [B, 2K], u [A] or [B, A] → [B, 2K].
+  torch::Tensor Acceleration(const torch::Tensor& x, const torch::Tensor& xdot,
+                             const torch::Tensor& u);
+  /// ẋ ← ẋ − D⁺ D ẋ (identity without constraints), [B, 2K].
+  torch::Tensor ProjectVelocity(const torch::Tensor& x, const torch::Tensor& xdot);
+  /// Integrates the learned dynamics from (x₀, ẋ₀) [B, 2K] with constant u [A] or [B, A] to
+  /// `times` (s, times[0] = start). Returns x, ẋ [B, T, 2K] and step counts.
+  Trajectory Rollout(const torch::Tensor& x0, const torch::Tensor& xdot0, const torch::Tensor& u,
+                     const std::vector<double>& times, IntegratorMethod method,
+                     const IntegratorOptions& options = {});
+
+  /// Estimator and renderer parameters (learning rate lr).
+  std::vector<torch::Tensor> PerceptionParameters();
+  /// Mass, potential and input-matrix parameters (learning rate lr · dynamics_lr_scale).
+  std::vector<torch::Tensor> DynamicsParameters();
+
+  KeypointEstimator estimator{nullptr};
+  Renderer renderer{nullptr};
+  PotentialEnergy potential{nullptr};
+  keycld::InputMatrix input_matrix{nullptr};
+  MassMatrix mass{nullptr};
+
+ private:
+  ModelSpec spec_;
+  std::shared_ptr<LagrangianDynamics> dynamics_;
+};
+TORCH_MODULE(KeycldModel);
+
+/// While alive, the potential, input matrix and mass of `model` are float64, so that
+/// Dormand–Prince can meet tolerances near 1e-8 (evaluation). Restores float32 exactly
+/// (float32 → float64 → float32 is lossless).
+class DoublePrecisionDynamics {
+ public:
+  explicit DoublePrecisionDynamics(KeycldModel model);
+  ~DoublePrecisionDynamics();
+
+ private:
+  KeycldModel model_;
+};
+
+}  // namespace keycld

@@ -1,0 +1,32 @@
+// The KeyCLD training objective for one sequence (KEYCLD.md §6).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "keycld/train/keycld_model.h"
+
+namespace keycld {
+
+struct LossTerms {
+  torch::Tensor total;           // L = L_rec + w_dyn·L_dyn + w_bce·L_bce (scalar)
+  torch::Tensor reconstruction;  // L_rec: Σ over frames, pixels, channels of squared error / N
+  torch::Tensor dynamics;        // L_dyn: Σ over starts t and steps j = 0…P of ‖x_{t+j} − x̂_{t+j|t}‖²
+  torch::Tensor heatmap;         // L_bce
+};
+
+struct LossOptions {
+  int horizon = 4;  // P
+  double w_dyn = 1.0, w_bce = 1.0;
+};
+
+/// The loss of one sequence (KEYCLD.md §6): images float [N, 3, H, W] in [0, 1], the constant
+/// action u [A], per-frame dihedral transform ids int64 [N] (undefined = no augmentation).
+/// 1. keypoints x_t of every frame; central differences ẋ_t = (x_{t+1} − x_{t−1}) / (2Δt),
+///    projected onto the constraint tangent space, for t = 1 … N−2;
+/// 2. from every start t = 1 … N−1−P, P explicit Euler steps of Δt, all starts as one batch;
+/// 3. every frame rendered from its keypoints; 4. heatmap BCE against the detached Gaussian
+///    maps of the estimates. Throws InputError if N < P + 2 or shapes disagree with the model.
+LossTerms SequenceLoss(KeycldModel& model, const torch::Tensor& images, const torch::Tensor& u,
+                       const torch::Tensor& transform_ids, const LossOptions& options);
+
+}  // namespace keycld

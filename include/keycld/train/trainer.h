@@ -1,0 +1,46 @@
+// End-to-end unsupervised training of KeyCLD on a data set (KEYCLD.md §6).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "keycld/train/config.h"
+
+namespace keycld {
+
+struct TrainOptions {
+  TrainConfig config;
+  std::filesystem::path run_dir;  // config.toml, checkpoints/, metrics.jsonl
+  bool resume = false;            // continue from run_dir/checkpoints/last.pt
+  bool progress = true;           // progress bar on a terminal
+  bool quiet = false;             // no per-epoch lines on stdout
+};
+
+struct TrainSummary {
+  int64_t steps = 0;             // optimizer steps in total (including resumed ones)
+  int64_t epochs_completed = 0;
+  double seconds = 0;            // wall time of this invocation
+  double seconds_per_step = 0;   // mean over this invocation's steps
+  double last_loss = 0;
+  double val_vpt_mean = -1;      // of the last validation (−1 if none ran)
+  double val_vpt_median = -1;
+  int val_runs = 0;
+  std::filesystem::path checkpoint;
+};
+
+/// Trains (or resumes) a run. Layout of the run folder:
+///   config.toml             the resolved configuration
+///   checkpoints/last.pt     after every epoch, at max_steps and on Ctrl-C
+///   checkpoints/epoch-NNNN.pt  after every epoch
+///   metrics.jsonl           one JSON object per step ("type":"step") and per epoch
+///                           ("type":"epoch", with the validation VPT)
+/// Without `resume`, a run folder that already holds a checkpoint is refused (InputError).
+/// With `resume`, the saved config is used (epochs and max_steps may be raised) and training
+/// continues exactly where it stopped: same parameters, optimizer state, data order and random
+/// augmentation, so the result equals an uninterrupted run.
+/// Throws InputError (config, data set of another environment or size), IoError, FormatError
+/// (data set or checkpoint), NumericalError (non-finite loss; the last good checkpoint is kept
+/// and named in the message), Interrupted (Ctrl-C; a checkpoint was saved first).
+TrainSummary Train(const TrainOptions& options);
+
+}  // namespace keycld

@@ -1,0 +1,38 @@
+// Valid prediction time (KEYCLD.md §8), the validation metric of training and evaluation.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "keycld/train/keycld_model.h"
+
+namespace keycld {
+
+struct VptOptions {
+  double epsilon = 0;              // threshold: per-pixel MSE (data set attribute vpt_epsilon)
+  double rtol = 1.4e-8, atol = 1.4e-8;  // Dormand–Prince tolerances
+  int64_t max_steps = 200000;      // Dormand–Prince step budget per call
+  int64_t render_chunk = 128;      // frames rendered at once (memory bound)
+};
+
+struct VptResult {
+  std::vector<int> vpt;      // per run: index of the first frame whose MSE exceeds ε (N−1 if none)
+  double mean = 0, std = 0, median = 0;
+  torch::Tensor mse;         // [R, N] per-frame MSE of the predicted video
+  torch::Tensor predicted;   // [R, N, K, 2] predicted keypoints (frame 0: estimate)
+  int64_t accepted_steps = 0, rejected_steps = 0;
+};
+
+/// Predicts every run from its first three frames and scores it (KEYCLD.md §8): keypoints of
+/// frames 0, 1, 2; start at x₁ with ẋ₁ = (x₂ − x₀) / (2Δt), projected; Dormand–Prince in
+/// float64 to every later frame time with the run's constant action; render; frame 0 is the
+/// reconstruction of its estimate. images uint8 [R, N, H, W, 3], actions float [R, A].
+/// Throws InputError for bad shapes (N < 3) and NumericalError if the rollout diverges.
+VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
+                              const torch::Tensor& actions, const VptOptions& options);
+
+/// uint8 [..., H, W, 3] → float [..., 3, H, W] in [0, 1] on `device`.
+torch::Tensor ImagesToFloat(const torch::Tensor& images, const torch::Device& device);
+
+}  // namespace keycld

@@ -1,0 +1,119 @@
+// Mass matrix, potential energy and input matrix, KeyCLD §3.
+#include "keycld/model/mechanics.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/nn/init.h>
+
+#include <string>
+#include <utility>
+
+#include "keycld/util/error.h"
+
+namespace keycld {
+namespace {
+
+void CheckState(const torch::Tensor& x, int64_t num_keypoints, const char* who) {
+  if (!x.defined() || x.dim() < 1 || x.size(-1) != 2 * num_keypoints ||
+      !at::isFloatingType(x.scalar_type())) {
+    throw InputError(std::string(who) + ": state must be floating [..., 2K] with 2K = " +
+                     std::to_string(2 * num_keypoints));
+  }
+}
+
+}  // namespace
+
+CeluMlpImpl::CeluMlpImpl(int64_t in_features, std::vector<int64_t> hidden, int64_t out_features,
+                         double weight_std)
+    : in_features_(in_features), out_features_(out_features) {
+  bool ok = in_features >= 1 && out_features >= 1 && weight_std > 0;
+  for (int64_t w : hidden) ok = ok && w >= 1;
+  if (!ok) {
+    throw InputError("CeluMlp: layer widths and weight_std must be positive, got in = " +
+                     std::to_string(in_features) + ", out = " + std::to_string(out_features) +
+                     ", weight_std = " + std::to_string(weight_std));
+  }
+  hidden.push_back(out_features);
+  int64_t width = in_features;
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    auto layer =
+        register_module("linear" + std::to_string(i + 1), torch::nn::Linear(width, hidden[i]));
+    torch::nn::init::normal_(layer->weight, 0.0, weight_std);
+    torch::nn::init::zeros_(layer->bias);
+    layers_.push_back(layer);
+    width = hidden[i];
+  }
+}
+
+torch::Tensor CeluMlpImpl::forward(const torch::Tensor& x) {
+  torch::Tensor y = x;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    y = layers_[i]->forward(y);
+    if (i + 1 < layers_.size()) y = at::celu(y);
+  }
+  return y;
+}
+
+PotentialEnergyImpl::PotentialEnergyImpl(int64_t num_keypoints, int64_t hidden)
+    : num_keypoints_(num_keypoints) {
+  if (num_keypoints < 1 || hidden < 1) {
+    throw InputError("PotentialEnergy: need K ≥ 1 and h ≥ 1, got K = " +
+                     std::to_string(num_keypoints) + ", h = " + std::to_string(hidden));
+  }
+  mlp_ =
+      register_module("mlp", CeluMlp(2 * num_keypoints, std::vector<int64_t>{hidden, hidden}, 1));
+}
+
+torch::Tensor PotentialEnergyImpl::forward(const torch::Tensor& x) {
+  CheckState(x, num_keypoints_, "PotentialEnergy");
+  return mlp_->forward(x).squeeze(-1);
+}
+
+torch::Tensor PotentialGradient(const PotentialEnergy& potential, const torch::Tensor& x) {
+  CheckState(x, potential->num_keypoints(), "PotentialGradient");
+  const bool keep_graph = at::GradMode::is_enabled();
+  at::AutoGradMode enable_grad(true);
+  // Differentiate with respect to x itself when it carries history, so the gradient flows on.
+  torch::Tensor input = (keep_graph && x.requires_grad()) ? x : x.detach().requires_grad_(true);
+  torch::Tensor energy = potential.ptr()->forward(input).sum();
+  torch::Tensor grad = torch::autograd::grad({energy}, {input}, /*grad_outputs=*/{},
+                                             /*retain_graph=*/keep_graph,
+                                             /*create_graph=*/keep_graph)[0];
+  return keep_graph ? grad : grad.detach();
+}
+
+InputMatrixImpl::InputMatrixImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden)
+    : num_keypoints_(num_keypoints), action_dim_(action_dim) {
+  if (num_keypoints < 1 || action_dim < 1 || hidden < 1) {
+    throw InputError(
+        "InputMatrix: need K ≥ 1, A ≥ 1 and h ≥ 1, got K = " + std::to_string(num_keypoints) +
+        ", A = " + std::to_string(action_dim) + ", h = " + std::to_string(hidden));
+  }
+  mlp_ = register_module("mlp", CeluMlp(2 * num_keypoints, std::vector<int64_t>{hidden, hidden},
+                                        2 * num_keypoints * action_dim));
+}
+
+torch::Tensor InputMatrixImpl::forward(const torch::Tensor& x) {
+  CheckState(x, num_keypoints_, "InputMatrix");
+  torch::Tensor flat = mlp_->forward(x);  // [..., 2K·A], row-major over (2K, A)
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(2 * num_keypoints_);
+  shape.push_back(action_dim_);
+  return flat.reshape(shape);
+}
+
+MassMatrixImpl::MassMatrixImpl(int64_t num_keypoints) : num_keypoints_(num_keypoints) {
+  if (num_keypoints < 1) {
+    throw InputError("MassMatrix: need K ≥ 1, got K = " + std::to_string(num_keypoints));
+  }
+  m_ = register_parameter("m", at::ones({num_keypoints}));
+}
+
+torch::Tensor MassMatrixImpl::Masses() const { return m_.square(); }
+
+torch::Tensor MassMatrixImpl::Diagonal() const { return Masses().repeat_interleave(2); }
+
+torch::Tensor MassMatrixImpl::InverseDiagonal() const { return Diagonal().reciprocal(); }
+
+}  // namespace keycld

@@ -1,0 +1,74 @@
+// Block and the U-Net trunk, KeyCLD §3.
+#include "keycld/model/unet.h"
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "keycld/util/error.h"
+
+namespace keycld {
+namespace {
+
+torch::Tensor Up2(const torch::Tensor& x) {  // nearest-neighbour ×2
+  const int64_t size[2] = {2 * x.size(2), 2 * x.size(3)};
+  return at::upsample_nearest2d(x, at::IntArrayRef(size, 2));
+}
+
+torch::Tensor Pool2(const torch::Tensor& x) {  // 2×2 max pooling, stride 2
+  const int64_t kernel[2] = {2, 2};
+  return at::max_pool2d(x, at::IntArrayRef(kernel, 2));
+}
+
+}  // namespace
+
+BlockImpl::BlockImpl(int64_t in_channels, int64_t out_channels) {
+  if (in_channels < 1 || out_channels < 1 || out_channels % kBlockGroups != 0) {
+    throw InputError("Block: need in_channels ≥ 1 and out_channels a positive multiple of " +
+                     std::to_string(kBlockGroups) +
+                     " (GroupNorm groups), got in_channels = " + std::to_string(in_channels) +
+                     ", out_channels = " + std::to_string(out_channels));
+  }
+  conv_ = register_module(
+      "conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(in_channels, out_channels, 3).padding(1)));
+  norm_ = register_module(
+      "norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(kBlockGroups, out_channels)));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  return at::relu(norm_->forward(conv_->forward(x)));
+}
+
+UNetTrunkImpl::UNetTrunkImpl(int64_t in_channels, int64_t hidden)
+    : in_channels_(in_channels), hidden_(hidden) {
+  if (in_channels < 1 || hidden < 1 || hidden % kBlockGroups != 0) {
+    throw InputError("UNetTrunk: need in_channels ≥ 1 and hidden width h a positive multiple of " +
+                     std::to_string(kBlockGroups) + ", got in_channels = " +
+                     std::to_string(in_channels) + ", h = " + std::to_string(hidden));
+  }
+  const int64_t h = hidden;
+  block1_ = register_module("block1", Block(in_channels, h));
+  block2_ = register_module("block2", Block(h, 2 * h));
+  block3_ = register_module("block3", Block(2 * h, 4 * h));
+  block4_ = register_module("block4", Block(4 * h + 2 * h, 2 * h));
+  block5_ = register_module("block5", Block(2 * h + h, h));
+}
+
+torch::Tensor UNetTrunkImpl::forward(const torch::Tensor& x) {
+  if (!x.defined() || x.dim() != 4 || x.size(1) != in_channels_) {
+    throw InputError("UNetTrunk: input must be [B, " + std::to_string(in_channels_) + ", H, W]");
+  }
+  if (x.size(2) % 4 != 0 || x.size(3) % 4 != 0 || x.size(2) == 0 || x.size(3) == 0) {
+    throw InputError(
+        "UNetTrunk: image height and width must be positive multiples of 4 (two "
+        "2× poolings), got " +
+        std::to_string(x.size(2)) + "×" + std::to_string(x.size(3)));
+  }
+  torch::Tensor a1 = block1_->forward(x);
+  torch::Tensor a2 = block2_->forward(Pool2(a1));
+  torch::Tensor a3 = block3_->forward(Pool2(a2));
+  torch::Tensor a4 = block4_->forward(at::cat({Up2(a3), a2}, 1));
+  return block5_->forward(at::cat({Up2(a4), a1}, 1));
+}
+
+}  // namespace keycld

@@ -1,0 +1,173 @@
+#include "keycld/train/checkpoint.h"
+
+#include "keycld/util/atomic_file.h"
+#include "keycld/util/error.h"
+
+namespace keycld {
+
+namespace {
+
+torch::Tensor ToTensor(const std::vector<int64_t>& v) {
+  return torch::tensor(v.empty() ? std::vector<int64_t>{} : v, torch::kInt64);
+}
+
+torch::Tensor StringTensor(const std::string& s) {
+  auto t = torch::empty({int64_t(s.size())}, torch::kUInt8);
+  std::memcpy(t.data_ptr(), s.data(), s.size());
+  return t;
+}
+
+std::string TensorString(const torch::Tensor& t) {
+  auto c = t.contiguous().to(torch::kUInt8);
+  return std::string(reinterpret_cast<const char*>(c.data_ptr()), size_t(c.numel()));
+}
+
+void WriteSpec(torch::serialize::OutputArchive& a, const ModelSpec& s) {
+  a.write("format", StringTensor(kCheckpointFormat));
+  a.write("version", torch::tensor(kCheckpointVersion));
+  a.write("env", StringTensor(EnvNameString(s.env)));
+  a.write("dynamics", StringTensor(DynamicsKindName(s.dynamics)));
+  a.write("shape", ToTensor({s.num_keypoints, s.action_dim, s.hidden, s.image_size}));
+  a.write("sigma_dt", torch::tensor({s.sigma, s.dt}, torch::kFloat64));
+}
+
+torch::Tensor Read(torch::serialize::InputArchive& a, const char* key, const std::string& file) {
+  torch::Tensor t;
+  if (!a.try_read(key, t)) {
+    throw FormatError("'" + file + "' is not a keycld checkpoint (no '" + key + "')");
+  }
+  return t;
+}
+
+ModelSpec ReadSpec(torch::serialize::InputArchive& a, const std::string& file) {
+  if (TensorString(Read(a, "format", file)) != kCheckpointFormat) {
+    throw FormatError("'" + file + "' is not a keycld checkpoint");
+  }
+  int64_t version = Read(a, "version", file).item<int64_t>();
+  if (version != kCheckpointVersion) {
+    throw FormatError("'" + file + "' has checkpoint version " + std::to_string(version) +
+                      ", this keycld reads version " + std::to_string(kCheckpointVersion));
+  }
+  ModelSpec s;
+  try {
+    s.env = ParseEnvName(TensorString(Read(a, "env", file)));
+    s.dynamics = ParseDynamicsKind(TensorString(Read(a, "dynamics", file)));
+  } catch (const InputError& e) {
+    throw FormatError("'" + file + "': " + e.what());
+  }
+  auto shape = Read(a, "shape", file);
+  auto sd = Read(a, "sigma_dt", file);
+  if (shape.numel() != 4 || sd.numel() != 2) throw FormatError("'" + file + "': bad model spec");
+  s.num_keypoints = int(shape[0].item<int64_t>());
+  s.action_dim = int(shape[1].item<int64_t>());
+  s.hidden = int(shape[2].item<int64_t>());
+  s.image_size = int(shape[3].item<int64_t>());
+  s.sigma = sd[0].item<double>();
+  s.dt = sd[1].item<double>();
+  try {
+    s.Validate();
+  } catch (const InputError& e) {
+    throw FormatError("'" + file + "': " + e.what());
+  }
+  return s;
+}
+
+torch::serialize::InputArchive OpenArchive(const std::filesystem::path& file,
+                                           const torch::Device& device) {
+  if (!std::filesystem::exists(file)) throw IoError("checkpoint not found: '" + file.string() + "'");
+  torch::serialize::InputArchive a;
+  try {
+    a.load_from(file.string(), device);
+  } catch (const c10::Error& e) {
+    throw FormatError("'" + file.string() + "' is not a readable checkpoint (truncated or " +
+                      "foreign file)");
+  }
+  return a;
+}
+
+}  // namespace
+
+void SaveCheckpoint(const std::filesystem::path& file, KeycldModel& model,
+                    torch::optim::Optimizer* optimizer, const TrainPosition& position) {
+  torch::serialize::OutputArchive root;
+  WriteSpec(root, model->spec());
+  torch::serialize::OutputArchive m;
+  model->save(m);
+  root.write("model", m);
+  if (optimizer) {
+    torch::serialize::OutputArchive o;
+    optimizer->save(o);
+    root.write("optimizer", o);
+  }
+  root.write("position", ToTensor({position.step, position.epoch, position.step_in_epoch}));
+  root.write("order", ToTensor(position.order));
+  root.write("rng", StringTensor(position.rng_state));
+  AtomicFile out(file);
+  try {
+    root.save_to(out.temp_path().string());
+  } catch (const c10::Error& e) {
+    throw IoError("cannot write checkpoint '" + file.string() + "' (disk full?)");
+  }
+  out.Commit();
+}
+
+ModelSpec ReadCheckpointSpec(const std::filesystem::path& file) {
+  auto a = OpenArchive(file, torch::kCPU);
+  return ReadSpec(a, file.string());
+}
+
+KeycldModel LoadModel(const std::filesystem::path& file, const torch::Device& device) {
+  auto a = OpenArchive(file, device);
+  KeycldModel model(ReadSpec(a, file.string()));
+  model->to(device);
+  torch::serialize::InputArchive m;
+  if (!a.try_read("model", m)) throw FormatError("'" + file.string() + "' holds no model");
+  try {
+    model->load(m);
+  } catch (const c10::Error& e) {
+    throw FormatError("'" + file.string() + "': model parameters do not match its spec");
+  }
+  return model;
+}
+
+void LoadCheckpoint(const std::filesystem::path& file, KeycldModel& model,
+                    torch::optim::Optimizer* optimizer, TrainPosition* position) {
+  const torch::Device device = model->mass->m().device();
+  auto a = OpenArchive(file, device);
+  ModelSpec s = ReadSpec(a, file.string());
+  const ModelSpec& want = model->spec();
+  if (s.env != want.env || s.num_keypoints != want.num_keypoints ||
+      s.action_dim != want.action_dim || s.hidden != want.hidden ||
+      s.image_size != want.image_size || s.dynamics != want.dynamics) {
+    throw FormatError("'" + file.string() + "' was trained with another model (" +
+                      EnvNameString(s.env) + ", h = " + std::to_string(s.hidden) + ", " +
+                      std::to_string(s.image_size) + " px) than configured here");
+  }
+  torch::serialize::InputArchive m;
+  if (!a.try_read("model", m)) throw FormatError("'" + file.string() + "' holds no model");
+  try {
+    model->load(m);
+    if (optimizer) {
+      torch::serialize::InputArchive o;
+      if (!a.try_read("optimizer", o)) {
+        throw FormatError("'" + file.string() + "' holds no optimizer state");
+      }
+      optimizer->load(o);
+    }
+  } catch (const c10::Error& e) {
+    throw FormatError("'" + file.string() + "' does not match the model: " +
+                      std::string(e.what_without_backtrace()));
+  }
+  if (position) {
+    auto p = Read(a, "position", file.string());
+    if (p.numel() != 3) throw FormatError("'" + file.string() + "': bad training position");
+    position->step = p[0].item<int64_t>();
+    position->epoch = p[1].item<int64_t>();
+    position->step_in_epoch = p[2].item<int64_t>();
+    auto order = Read(a, "order", file.string()).to(torch::kCPU).contiguous();
+    position->order.assign(order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + order.numel());
+    position->rng_state = TensorString(Read(a, "rng", file.string()).to(torch::kCPU));
+  }
+}
+
+}  // namespace keycld

@@ -1,0 +1,171 @@
+#include "keycld/train/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "keycld/util/error.h"
+
+namespace keycld {
+
+DynamicsKind ParseDynamicsKind(const std::string& name) {
+  if (name == "constrained" || name == "keycld") return DynamicsKind::kConstrained;
+  if (name == "unconstrained" || name == "nc") return DynamicsKind::kUnconstrained;
+  throw InputError("unknown dynamics '" + name + "' (expected constrained or unconstrained)");
+}
+
+std::string DynamicsKindName(DynamicsKind kind) {
+  return kind == DynamicsKind::kConstrained ? "constrained" : "unconstrained";
+}
+
+TrainConfig TrainConfig::FromToml(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) throw IoError("cannot read config '" + file.string() + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  TrainConfig c;
+  c.MergeToml(ss.str(), file.string());
+  return c;
+}
+
+namespace {
+
+const std::set<std::string> kKeys[] = {
+    {"file", "env"},
+    {"hidden", "sigma", "dynamics"},
+    {"epochs", "max_steps", "lr", "dynamics_lr_scale", "grad_clip", "horizon", "w_dyn", "w_bce",
+     "augment", "seed", "threads", "device"},
+    {"val_runs", "rtol", "atol"}};
+const char* kSections[] = {"data", "model", "train", "eval"};
+
+template <typename T>
+void Get(const toml::table& t, const char* section, const char* key, T* out,
+         const std::string& origin) {
+  const toml::node* n = t[section][key].node();
+  if (!n) return;
+  if constexpr (std::is_same_v<T, double>) {
+    if (auto v = n->value<double>()) {
+      *out = *v;
+      return;
+    }
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (auto v = n->as_boolean()) {
+      *out = v->get();
+      return;
+    }
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (auto v = n->as_string()) {
+      *out = v->get();
+      return;
+    }
+  } else {
+    if (auto v = n->as_integer()) {
+      *out = T(v->get());
+      return;
+    }
+  }
+  throw InputError(origin + ": [" + section + "] " + key + " has the wrong type");
+}
+
+}  // namespace
+
+void TrainConfig::MergeToml(const std::string& text, const std::string& origin) {
+  toml::table t;
+  try {
+    t = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream s;
+    s << origin << ":" << e.source().begin.line << ": " << e.description();
+    throw InputError(s.str());
+  }
+  for (auto&& [k, v] : t) {
+    std::string section(k.str());
+    int idx = -1;
+    for (int i = 0; i < 4; ++i)
+      if (section == kSections[i]) idx = i;
+    if (idx < 0 || !v.is_table()) {
+      throw InputError(origin + ": unknown section '" + section +
+                       "' (expected data, model, train, eval)");
+    }
+    for (auto&& [key, _] : *v.as_table()) {
+      if (!kKeys[idx].count(std::string(key.str()))) {
+        throw InputError(origin + ": unknown key '" + std::string(key.str()) + "' in [" +
+                         section + "]");
+      }
+    }
+  }
+  std::string file_str, dyn;
+  Get(t, "data", "file", &file_str, origin);
+  if (!file_str.empty()) data = file_str;
+  Get(t, "data", "env", &env, origin);
+  Get(t, "model", "hidden", &hidden, origin);
+  Get(t, "model", "sigma", &sigma, origin);
+  Get(t, "model", "dynamics", &dyn, origin);
+  if (!dyn.empty()) dynamics = ParseDynamicsKind(dyn);
+  Get(t, "train", "epochs", &epochs, origin);
+  Get(t, "train", "max_steps", &max_steps, origin);
+  Get(t, "train", "lr", &lr, origin);
+  Get(t, "train", "dynamics_lr_scale", &dynamics_lr_scale, origin);
+  Get(t, "train", "grad_clip", &grad_clip, origin);
+  Get(t, "train", "horizon", &horizon, origin);
+  Get(t, "train", "w_dyn", &w_dyn, origin);
+  Get(t, "train", "w_bce", &w_bce, origin);
+  Get(t, "train", "augment", &augment, origin);
+  int64_t s = int64_t(seed);
+  Get(t, "train", "seed", &s, origin);
+  seed = uint64_t(s);
+  Get(t, "train", "threads", &threads, origin);
+  Get(t, "train", "device", &device, origin);
+  Get(t, "eval", "val_runs", &val_runs, origin);
+  Get(t, "eval", "rtol", &rtol, origin);
+  Get(t, "eval", "atol", &atol, origin);
+}
+
+void TrainConfig::Validate() const {
+  auto fail = [](const std::string& m) { throw InputError(m); };
+  if (!env.empty()) ParseEnvName(env);
+  if (hidden < 8 || hidden % 8 != 0) {
+    fail("hidden width must be a positive multiple of 8 (GroupNorm has 8 groups), got " +
+         std::to_string(hidden));
+  }
+  if (!(sigma > 0)) fail("sigma must be > 0");
+  if (epochs < 1) fail("epochs must be ≥ 1, got " + std::to_string(epochs));
+  if (max_steps < 0) fail("max_steps must be ≥ 0");
+  if (!(lr > 0) || !(dynamics_lr_scale > 0)) fail("learning rates must be > 0");
+  if (!(grad_clip > 0)) fail("grad_clip must be > 0");
+  if (horizon < 1) fail("horizon must be ≥ 1, got " + std::to_string(horizon));
+  if (w_dyn < 0 || w_bce < 0) fail("loss weights must be ≥ 0");
+  if (threads < 0) fail("threads must be ≥ 0 (0 = all cores)");
+  if (val_runs < 0) fail("val_runs must be ≥ 0 (0 = all)");
+  if (!(rtol > 0) || !(atol > 0)) fail("rtol and atol must be > 0");
+  if (device != "cpu" && device.rfind("cuda", 0) != 0) {
+    fail("device must be cpu, cuda or cuda:N, got '" + device + "'");
+  }
+}
+
+std::string TrainConfig::ToToml() const {
+  toml::table t{
+      {"data", toml::table{{"file", data.string()}, {"env", env}}},
+      {"model", toml::table{{"hidden", hidden}, {"sigma", sigma},
+                            {"dynamics", DynamicsKindName(dynamics)}}},
+      {"train", toml::table{{"epochs", epochs},
+                            {"max_steps", max_steps},
+                            {"lr", lr},
+                            {"dynamics_lr_scale", dynamics_lr_scale},
+                            {"grad_clip", grad_clip},
+                            {"horizon", horizon},
+                            {"w_dyn", w_dyn},
+                            {"w_bce", w_bce},
+                            {"augment", augment},
+                            {"seed", int64_t(seed)},
+                            {"threads", threads},
+                            {"device", device}}},
+      {"eval", toml::table{{"val_runs", val_runs}, {"rtol", rtol}, {"atol", atol}}},
+  };
+  std::ostringstream s;
+  s << "# keycld training configuration (resolved)\n" << t << "\n";
+  return s.str();
+}
+
+}  // namespace keycld

@@ -1,0 +1,58 @@
+#include "keycld/train/loss.h"
+
+#include "keycld/model/keypoints.h"
+#include "keycld/util/error.h"
+
+namespace keycld {
+
+LossTerms SequenceLoss(KeycldModel& model, const torch::Tensor& images, const torch::Tensor& u,
+                       const torch::Tensor& transform_ids, const LossOptions& options) {
+  const ModelSpec& spec = model->spec();
+  const int64_t P = options.horizon;
+  if (images.dim() != 4 || images.size(1) != 3 || images.size(2) != spec.image_size ||
+      images.size(3) != spec.image_size) {
+    throw InputError("SequenceLoss: images must be [N, 3, " + std::to_string(spec.image_size) +
+                     ", " + std::to_string(spec.image_size) + "]");
+  }
+  const int64_t N = images.size(0);
+  if (N < P + 2) {
+    throw InputError("SequenceLoss: a sequence of " + std::to_string(N) +
+                     " frames is too short for horizon " + std::to_string(P) + " (need ≥ P + 2)");
+  }
+  const int64_t K = spec.num_keypoints;
+  const double dt = spec.dt;
+
+  Encoding enc = model->Encode(images, transform_ids);
+  torch::Tensor x = enc.keypoints.reshape({N, 2 * K});
+
+  // Dynamics loss: starts t = 1 … N−1−P (S of them), as one batch.
+  const int64_t S = N - 1 - P;
+  torch::Tensor x0 = x.slice(0, 1, 1 + S);
+  torch::Tensor v0 = (x.slice(0, 2, 2 + S) - x.slice(0, 0, S)) / (2.0 * dt);
+  v0 = model->ProjectVelocity(x0, v0);
+  std::vector<torch::Tensor> predicted{x0}, target{x0};
+  auto acc = [&](const torch::Tensor& xs, const torch::Tensor& vs) {
+    return model->Acceleration(xs, vs, u);
+  };
+  PhaseState state{x0, v0};
+  for (int64_t j = 1; j <= P; ++j) {
+    state = EulerStep(acc, state.x, state.xdot, dt);
+    predicted.push_back(state.x);
+    target.push_back(x.slice(0, 1 + j, 1 + j + S));
+  }
+  torch::Tensor l_dyn =
+      (torch::stack(predicted, 1) - torch::stack(target, 1)).square().sum();
+
+  torch::Tensor rendered = model->Render(enc.keypoints);
+  torch::Tensor l_rec = (images - rendered).square().sum() / double(N);
+  torch::Tensor l_bce = HeatmapBce(enc.heatmaps, enc.keypoints, spec.sigma);
+
+  LossTerms out;
+  out.reconstruction = l_rec;
+  out.dynamics = l_dyn;
+  out.heatmap = l_bce;
+  out.total = l_rec + options.w_dyn * l_dyn + options.w_bce * l_bce;
+  return out;
+}
+
+}  // namespace keycld

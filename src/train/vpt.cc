@@ -1,0 +1,97 @@
+#include "keycld/train/vpt.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "keycld/util/error.h"
+
+namespace keycld {
+
+torch::Tensor ImagesToFloat(const torch::Tensor& images, const torch::Device& device) {
+  const int64_t d = images.dim();
+  if (d < 3 || images.size(d - 1) != 3) throw InputError("images must be [..., H, W, 3]");
+  return images.to(device).movedim(d - 1, d - 3).to(torch::kFloat32).div_(255.0);
+}
+
+VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
+                              const torch::Tensor& actions, const VptOptions& options) {
+  const ModelSpec& spec = model->spec();
+  if (images.dim() != 5 || images.size(1) < 3 || images.size(2) != spec.image_size ||
+      images.size(3) != spec.image_size || images.size(4) != 3) {
+    throw InputError("ValidPredictionTime: images must be uint8 [R, N ≥ 3, " +
+                     std::to_string(spec.image_size) + ", " + std::to_string(spec.image_size) +
+                     ", 3]");
+  }
+  const int64_t R = images.size(0), N = images.size(1), K = spec.num_keypoints;
+  if (actions.dim() != 2 || actions.size(0) != R || actions.size(1) != spec.action_dim) {
+    throw InputError("ValidPredictionTime: actions must be [R, " +
+                     std::to_string(spec.action_dim) + "]");
+  }
+  const torch::Device device = model->mass->m().device();
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+
+  // Estimated keypoints of frames 0, 1, 2 of every run.
+  torch::Tensor first = ImagesToFloat(images.slice(1, 0, 3), device).reshape(
+      {R * 3, 3, spec.image_size, spec.image_size});
+  torch::Tensor x = model->Encode(first).keypoints.reshape({R, 3, 2 * K});
+
+  VptResult result;
+  torch::Tensor keypoints;
+  {
+    DoublePrecisionDynamics fp64(model);
+    torch::Tensor xd = x.to(torch::kFloat64);
+    torch::Tensor x1 = xd.select(1, 1);
+    torch::Tensor v1 = (xd.select(1, 2) - xd.select(1, 0)) / (2.0 * spec.dt);
+    v1 = model->ProjectVelocity(x1, v1);
+    std::vector<double> times;
+    for (int64_t t = 0; t < N - 1; ++t) times.push_back(double(t) * spec.dt);
+    IntegratorOptions io;
+    io.rtol = options.rtol;
+    io.atol = options.atol;
+    io.max_steps = options.max_steps;
+    Trajectory traj = model->Rollout(x1, v1, actions.to(device, torch::kFloat64), times,
+                                     IntegratorMethod::kDopri5, io);
+    result.accepted_steps = traj.accepted_steps;
+    result.rejected_steps = traj.rejected_steps;
+    keypoints = torch::cat({x.select(1, 0).unsqueeze(1), traj.x.to(torch::kFloat32)}, 1)
+                    .reshape({R, N, K, 2});
+  }
+  result.predicted = keypoints;
+
+  // Render and score, in chunks of frames.
+  torch::Tensor flat = keypoints.reshape({R * N, K, 2});
+  std::vector<torch::Tensor> mse_chunks;
+  for (int64_t s = 0; s < R * N; s += options.render_chunk) {
+    int64_t e = std::min(R * N, s + options.render_chunk);
+    torch::Tensor rendered = model->Render(flat.slice(0, s, e));
+    torch::Tensor truth = ImagesToFloat(
+        images.reshape({R * N, spec.image_size, spec.image_size, 3}).slice(0, s, e), device);
+    mse_chunks.push_back((rendered - truth).square().mean({1, 2, 3}));
+  }
+  result.mse = torch::cat(mse_chunks).reshape({R, N}).to(torch::kCPU, torch::kFloat64);
+  auto acc = result.mse.accessor<double, 2>();
+  for (int64_t r = 0; r < R; ++r) {
+    int v = int(N - 1);
+    for (int64_t t = 0; t < N; ++t) {
+      if (acc[r][t] > options.epsilon) {
+        v = int(t);
+        break;
+      }
+    }
+    result.vpt.push_back(v);
+  }
+  double sum = 0, sq = 0;
+  for (int v : result.vpt) sum += v;
+  result.mean = sum / double(R);
+  for (int v : result.vpt) sq += (v - result.mean) * (v - result.mean);
+  result.std = std::sqrt(sq / double(R));
+  std::vector<int> sorted = result.vpt;
+  std::sort(sorted.begin(), sorted.end());
+  result.median = R % 2 ? sorted[R / 2] : 0.5 * (sorted[R / 2 - 1] + sorted[R / 2]);
+  if (was_training) model->train();
+  return result;
+}
+
+}  // namespace keycld

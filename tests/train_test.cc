@@ -1,0 +1,288 @@
+// Training (KEYCLD.md §6): loss decreases, exact resume, Ctrl-C, bad input, checkpoints.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "keycld/data/generate.h"
+#include "keycld/train/checkpoint.h"
+#include "keycld/train/loss.h"
+#include "keycld/train/trainer.h"
+#include "keycld/train/vpt.h"
+#include "keycld/util/error.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace keycld {
+namespace {
+
+// A tiny pendulum data set: 6 runs (5 train, 1 validation) of 10 frames at 16×16.
+std::filesystem::path TinyData(const std::filesystem::path& dir, int size = 16) {
+  GenerateOptions o;
+  o.env = EnvName::kPendulum;
+  o.runs = 6;
+  o.frames = 10;
+  o.size = size;
+  o.seed = 3;
+  o.out_dir = dir;
+  o.progress = false;
+  return GenerateDataset(o).path;
+}
+
+TrainOptions TinyRun(const std::filesystem::path& data, const std::filesystem::path& run) {
+  TrainOptions t;
+  t.config.data = data;
+  t.config.hidden = 8;
+  t.config.epochs = 2;
+  t.config.threads = 2;
+  t.config.val_runs = 1;
+  t.config.rtol = t.config.atol = 1e-6;
+  t.run_dir = run;
+  t.progress = false;
+  t.quiet = true;
+  return t;
+}
+
+std::vector<torch::Tensor> Parameters(const std::filesystem::path& checkpoint) {
+  auto model = LoadModel(checkpoint, torch::kCPU);
+  std::vector<torch::Tensor> out;
+  for (auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
+  TrainConfig c;
+  c.data = "x.h5";
+  c.hidden = 16;
+  c.lr = 1e-3;
+  c.augment = false;
+  c.dynamics = DynamicsKind::kUnconstrained;
+  TrainConfig d;
+  d.MergeToml(c.ToToml(), "roundtrip");
+  EXPECT_EQ(d.ToToml(), c.ToToml());
+  EXPECT_EQ(d.hidden, 16);
+  EXPECT_FALSE(d.augment);
+  EXPECT_THROW(d.MergeToml("[train]\nlearning_rate = 1.0\n", "t"), InputError);
+  EXPECT_THROW(d.MergeToml("[train]\nepochs = \"many\"\n", "t"), InputError);
+  EXPECT_THROW(d.MergeToml("[optimizer]\nlr = 1.0\n", "t"), InputError);
+  EXPECT_THROW(d.MergeToml("[train\n", "t"), InputError);
+  TrainConfig bad;
+  bad.hidden = 12;
+  EXPECT_THROW(bad.Validate(), InputError);
+}
+
+TEST(Train, ATinyRunLowersTheLoss) {
+  testing::TempDir dir;
+  auto data = TinyData(dir.path());
+  auto opt = TinyRun(data, dir / "run");
+  opt.config.epochs = 6;
+  opt.config.lr = 3e-3;
+  // The loss of a fixed sequence, without augmentation, before and after training.
+  Dataset d = Dataset::Open(data);
+  torch::Tensor images = ImagesToFloat(
+      torch::from_blob(d.ReadImages(0).data(), {10, 16, 16, 3}, torch::kUInt8).clone(),
+      torch::kCPU);
+  torch::Tensor u = torch::zeros({1});
+  auto loss_of = [&](KeycldModel model) {
+    torch::NoGradGuard g;
+    return SequenceLoss(model, images, u, {}, {}).total.item<double>();
+  };
+  torch::manual_seed(opt.config.seed);
+  ModelSpec spec;
+  spec.hidden = 8;
+  spec.image_size = 16;
+  spec.dt = 0.02;
+  KeycldModel initial(spec);
+  const double before = loss_of(initial);
+  TrainSummary s = Train(opt);
+  EXPECT_EQ(s.steps, 6 * 5);
+  EXPECT_EQ(s.epochs_completed, 6);
+  const double after = loss_of(LoadModel(s.checkpoint, torch::kCPU));
+  EXPECT_LT(after, 0.8 * before) << "before " << before << ", after " << after;
+  // Run folder layout.
+  EXPECT_TRUE(std::filesystem::exists(dir / "run/config.toml"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "run/checkpoints/epoch-0006.pt"));
+  std::ifstream metrics(dir / "run/metrics.jsonl");
+  int steps = 0, epochs = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    steps += line.find("\"type\":\"step\"") != std::string::npos;
+    epochs += line.find("\"val_vpt_mean\"") != std::string::npos;
+  }
+  EXPECT_EQ(steps, 30);
+  EXPECT_EQ(epochs, 6);
+  EXPECT_GE(s.val_vpt_mean, 0.0);
+  EXPECT_LE(s.val_vpt_mean, 9.0);
+}
+
+TEST(Train, ResumesBitForBit) {
+  testing::TempDir dir;
+  auto data = TinyData(dir.path());
+  // Uninterrupted: 8 steps (one epoch of 5, then 3 more).
+  auto straight = TinyRun(data, dir / "straight");
+  straight.config.max_steps = 8;
+  Train(straight);
+  // Interrupted after 3 steps (mid-epoch), then resumed to 8.
+  auto first = TinyRun(data, dir / "resumed");
+  first.config.max_steps = 3;
+  EXPECT_EQ(Train(first).steps, 3);
+  auto second = first;
+  second.config.max_steps = 8;
+  second.resume = true;
+  EXPECT_EQ(Train(second).steps, 8);
+  auto a = Parameters(dir / "straight/checkpoints/last.pt");
+  auto b = Parameters(dir / "resumed/checkpoints/last.pt");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+  // Metrics of the resumed run hold each step once.
+  std::ifstream metrics(dir / "resumed/metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    steps += line.find("\"type\":\"step\"") != std::string::npos;
+  }
+  EXPECT_EQ(steps, 8);
+}
+
+TEST(Train, RefusesBadInput) {
+  testing::TempDir dir;
+  auto data = TinyData(dir.path());
+  auto opt = TinyRun(data, dir / "run");
+  opt.config.env = "cartpole";
+  EXPECT_THROW(Train(opt), InputError);  // wrong environment for the config
+  opt.config.env = "";
+  opt.resume = true;
+  EXPECT_THROW(Train(opt), InputError);  // nothing to resume
+  opt.resume = false;
+  opt.config.max_steps = 2;
+  Train(opt);
+  EXPECT_THROW(Train(opt), InputError);  // the folder already holds a run
+  // Image size not a multiple of 4.
+  auto odd = TinyRun(TinyData(dir / "odd", 18), dir / "odd-run");
+  EXPECT_THROW(Train(odd), InputError);
+  // A data set that is not one.
+  auto text = dir / "notes.h5";
+  std::ofstream(text) << "not hdf5";
+  auto foreign = TinyRun(text, dir / "foreign-run");
+  EXPECT_THROW(Train(foreign), FormatError);
+}
+
+TEST(Train, CorruptOrForeignCheckpointsAreRejected) {
+  testing::TempDir dir;
+  auto data = TinyData(dir.path());
+  auto opt = TinyRun(data, dir / "run");
+  opt.config.max_steps = 2;
+  Train(opt);
+  const auto last = dir / "run/checkpoints/last.pt";
+  // Truncated.
+  auto good = dir / "good.pt";
+  std::filesystem::copy_file(last, good);
+  std::filesystem::resize_file(last, std::filesystem::file_size(last) / 2);
+  opt.resume = true;
+  opt.config.max_steps = 4;
+  EXPECT_THROW(Train(opt), FormatError);
+  EXPECT_THROW(LoadModel(last, torch::kCPU), FormatError);
+  // A LibTorch archive that is not a keycld checkpoint.
+  torch::serialize::OutputArchive other;
+  other.write("weights", torch::ones({3}));
+  other.save_to(last.string());
+  EXPECT_THROW(LoadModel(last, torch::kCPU), FormatError);
+  // Another model (hidden width) than configured.
+  std::filesystem::copy_file(good, last, std::filesystem::copy_options::overwrite_existing);
+  opt.config.hidden = 16;
+  EXPECT_THROW(Train(opt), FormatError);
+  EXPECT_THROW(LoadModel(dir / "missing.pt", torch::kCPU), IoError);
+}
+
+TEST(Train, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
+  testing::TempDir dir;
+  auto data = TinyData(dir.path());
+  auto opt = TinyRun(data, dir / "run");
+  opt.config.epochs = 1;
+  Train(opt);
+  const auto last = dir / "run/checkpoints/last.pt";
+  auto before = Parameters(last);
+  // Resume with an absurd learning rate: the parameters blow up and the loss turns NaN.
+  opt.resume = true;
+  opt.config.epochs = 3;
+  opt.config.lr = 1e30;
+  opt.config.dynamics_lr_scale = 1.0;
+  try {
+    Train(opt);
+    FAIL() << "a non-finite loss must stop training";
+  } catch (const NumericalError& e) {
+    EXPECT_NE(std::string(e.what()).find("last good checkpoint"), std::string::npos) << e.what();
+  }
+  auto after = Parameters(last);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(torch::equal(before[i], after[i]));
+}
+
+TEST(Train, CtrlCSavesAndTheRunResumes) {
+  testing::TempDir dir;
+  auto data = TinyData(dir.path());
+  const std::string run = (dir / "run").string();
+  std::vector<std::string> args = {KEYCLD_CLI_PATH, "train", "--data", data.string(),
+                                   "--out", run, "--hidden", "8", "--epochs", "200",
+                                   "--threads", "1"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  // Wait for a few steps in metrics.jsonl, then press Ctrl-C.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    std::ifstream m(dir / "run/metrics.jsonl");
+    std::string content((std::istreambuf_iterator<char>(m)), {});
+    if (std::count(content.begin(), content.end(), '\n') >= 3) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "training did not start";
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  ASSERT_TRUE(std::filesystem::exists(dir / "run/checkpoints/last.pt"));
+  std::string out;
+  EXPECT_EQ(testing::RunCli("train --out " + run + " --resume --epochs 1", &out), 0) << out;
+  EXPECT_NE(out.find("trained"), std::string::npos) << out;
+}
+
+TEST(Train, VptCountsFramesUntilTheErrorExceedsTheThreshold) {
+  testing::TempDir dir;
+  Dataset d = Dataset::Open(TinyData(dir.path()));
+  ModelSpec spec;
+  spec.hidden = 8;
+  spec.image_size = 16;
+  spec.dt = 0.02;
+  KeycldModel model(spec);
+  auto images = torch::from_blob(d.ReadImages(5).data(), {1, 10, 16, 16, 3}, torch::kUInt8).clone();
+  auto actions = torch::zeros({1, 1});
+  VptOptions o;
+  o.rtol = o.atol = 1e-6;
+  o.epsilon = 1e9;  // nothing exceeds it: the whole run is valid
+  auto all = ValidPredictionTime(model, images, actions, o);
+  EXPECT_EQ(all.vpt, std::vector<int>{9});
+  o.epsilon = -1;  // everything exceeds it
+  auto none = ValidPredictionTime(model, images, actions, o);
+  EXPECT_EQ(none.vpt, std::vector<int>{0});
+  // Threshold between frame errors: the VPT is the first frame above it.
+  auto mse = all.mse[0];
+  o.epsilon = mse[0].item<double>() * 1.000001;
+  auto some = ValidPredictionTime(model, images, actions, o);
+  int expected = 9;
+  for (int t = 0; t < 10; ++t)
+    if (mse[t].item<double>() > o.epsilon) {
+      expected = t;
+      break;
+    }
+  EXPECT_EQ(some.vpt[0], expected);
+  EXPECT_EQ(all.predicted.sizes(), (std::vector<int64_t>{1, 10, 1, 2}));
+}
+
+}  // namespace
+}  // namespace keycld
