@@ -1,5 +1,5 @@
 // keycld: learn constrained Lagrangian dynamics in keypoint coordinates from images.
-// Subcommands: info, generate, render, train. Every error is one line on stderr and exit code 1
+// Subcommands: info, generate, render, train, run. Every error is one line on stderr and exit code 1
 // (2 for a command-line usage error, 130 for an interruption).
 #include <torch/torch.h>
 
@@ -43,6 +43,17 @@ int RunInfo(const std::string& gl_name) {
               GlBackendName(i.backend).c_str(), i.platform.c_str(), i.vendor.c_str(),
               i.renderer.c_str(), i.version.c_str());
   return 0;
+}
+
+void PrintTrainSummary(const TrainSummary& r) {
+  std::printf("trained %lld steps (%lld epochs) in %.1f s, %.3f s/step; ",
+              static_cast<long long>(r.steps), static_cast<long long>(r.epochs_completed),
+              r.seconds, r.seconds_per_step);
+  if (r.val_vpt_mean >= 0) {
+    std::printf("validation VPT mean %.2f, median %.1f frames (%d runs); ", r.val_vpt_mean,
+                r.val_vpt_median, r.val_runs);
+  }
+  std::printf("checkpoint %s\n", r.checkpoint.c_str());
 }
 
 }  // namespace
@@ -107,6 +118,14 @@ int main(int argc, char** argv) {
   train->add_option("--dynamics", train_dynamics, "constrained (KeyCLD) | unconstrained (NC)");
   train->add_flag("--resume", train_resume, "Continue the run in --out from its last checkpoint");
 
+  // run
+  std::string run_config = "configs/cpu/pendulum-none.toml", run_out;
+  auto* run = app.add_subcommand(
+      "run", "The main job: generate the config's data set if missing, then train (resuming "
+             "an interrupted run)");
+  run->add_option("--config", run_config, "TOML preset")->capture_default_str();
+  run->add_option("--out", run_out, "Run folder (default runs/<config name>)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -150,7 +169,7 @@ int main(int argc, char** argv) {
       } else {
         if (!train_config.empty()) t.config = TrainConfig::FromToml(train_config);
         if (!train_data.empty()) t.config.data = train_data;
-        if (t.config.data.empty()) throw InputError("--data is required (or [data] file in --config)");
+        t.config.DataFile();  // throws if no data set is named
         if (train_hidden) t.config.hidden = *train_hidden;
         if (train_seed) t.config.seed = *train_seed;
         if (!train_dynamics.empty()) t.config.dynamics = ParseDynamicsKind(train_dynamics);
@@ -160,15 +179,47 @@ int main(int argc, char** argv) {
       if (train_lr) t.config.lr = *train_lr;
       if (train_threads) t.config.threads = *train_threads;
       if (!train_device.empty()) t.config.device = train_device;
-      TrainSummary r = Train(t);
-      std::printf("trained %lld steps (%lld epochs) in %.1f s, %.3f s/step; ",
-                  static_cast<long long>(r.steps), static_cast<long long>(r.epochs_completed),
-                  r.seconds, r.seconds_per_step);
-      if (r.val_vpt_mean >= 0) {
-        std::printf("validation VPT mean %.2f, median %.1f frames (%d runs); ", r.val_vpt_mean,
-                    r.val_vpt_median, r.val_runs);
+      PrintTrainSummary(Train(t));
+      return 0;
+    }
+    if (app.got_subcommand("run")) {
+      TrainOptions t;
+      t.config = TrainConfig::FromToml(run_config);
+      t.config.Validate();
+      t.run_dir = run_out.empty()
+                      ? std::filesystem::path("runs") / std::filesystem::path(run_config).stem()
+                      : std::filesystem::path(run_out);
+      const auto data_file = t.config.DataFile();
+      if (!std::filesystem::exists(data_file)) {
+        if (!t.config.data.empty() && t.config.env.empty()) {
+          throw IoError("data set not found: '" + data_file.string() + "'");
+        }
+        GenerateOptions g;
+        g.env = ParseEnvName(t.config.env);
+        g.control = ParseControlMode(t.config.control);
+        g.size = t.config.size;
+        g.runs = t.config.runs;
+        g.frames = t.config.frames;
+        g.seed = t.config.data_seed;
+        g.out_dir = data_file.parent_path();
+        g.gl = ParseGlBackend(gl_name);
+        if (DatasetPath(g) != data_file) {
+          throw InputError("[data] file '" + data_file.string() + "' does not exist and is not " +
+                           "the name keycld generate gives ('" + DatasetPath(g).string() + "')");
+        }
+        GenerateResult r = GenerateDataset(g);
+        std::printf("wrote %s in %.1f s (%.0f frames/s)\n", r.path.c_str(), r.seconds,
+                    r.frames_per_second);
+      } else {
+        std::printf("using data set %s\n", data_file.c_str());
       }
-      std::printf("checkpoint %s\n", r.checkpoint.c_str());
+      t.resume = std::filesystem::exists(t.run_dir / "checkpoints" / "last.pt");
+      if (t.resume) {
+        std::printf("resuming the run in %s\n", t.run_dir.c_str());
+        t.config = TrainConfig::FromToml(t.run_dir / "config.toml");
+      }
+      std::fflush(stdout);
+      PrintTrainSummary(Train(t));
       return 0;
     }
     if (app.got_subcommand("render")) {

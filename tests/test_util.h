@@ -31,8 +31,10 @@ class TempDir {
 };
 
 /// Runs the keycld CLI with `args`; returns the exit code and fills `output` (stdout+stderr).
-inline int RunCli(const std::string& args, std::string* output) {
-  std::string cmd = std::string(KEYCLD_CLI_PATH) + " " + args + " 2>&1";
+/// `cwd`: the working directory of the command (empty = the test's).
+inline int RunCli(const std::string& args, std::string* output, const std::string& cwd = "") {
+  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(KEYCLD_CLI_PATH) +
+                    " " + args + " 2>&1";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return -1;
   char buf[4096];

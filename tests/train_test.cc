@@ -286,3 +286,30 @@ TEST(Train, VptCountsFramesUntilTheErrorExceedsTheThreshold) {
 
 }  // namespace
 }  // namespace keycld
+
+namespace keycld {
+namespace {
+
+TEST(TrainRun, RunGeneratesTheDataSetTrainsAndResumesWhenRepeated) {
+  testing::TempDir dir;
+  {
+    std::ofstream cfg(dir / "tiny.toml");
+    cfg << "[data]\nenv = \"pendulum\"\nsize = 16\nruns = 4\nframes = 8\n"
+           "[model]\nhidden = 8\n[train]\nepochs = 1\nthreads = 2\n"
+           "[eval]\nrtol = 1e-6\natol = 1e-6\n";
+  }
+  TrainConfig c = TrainConfig::FromToml(dir / "tiny.toml");
+  EXPECT_EQ(c.DataFile(), std::filesystem::path("data/pendulum-none-16px-4x8-seed0.h5"));
+  std::string out;
+  ASSERT_EQ(testing::RunCli("run --config tiny.toml", &out, dir.path()), 0) << out;
+  EXPECT_NE(out.find("wrote data/pendulum-none-16px-4x8-seed0.h5"), std::string::npos) << out;
+  ASSERT_EQ(testing::RunCli("run --config tiny.toml", &out, dir.path()), 0) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "data/pendulum-none-16px-4x8-seed0.h5"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "runs/tiny/checkpoints/epoch-0001.pt"));
+  // The second invocation found both and continued the finished run.
+  EXPECT_NE(out.find("using data set"), std::string::npos) << out;
+  EXPECT_NE(out.find("resuming"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace keycld

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "keycld/data/generate.h"
 #include "keycld/util/error.h"
 
 namespace keycld {
@@ -32,7 +33,7 @@ TrainConfig TrainConfig::FromToml(const std::filesystem::path& file) {
 namespace {
 
 const std::set<std::string> kKeys[] = {
-    {"file", "env"},
+    {"file", "env", "control", "size", "runs", "frames", "seed"},
     {"hidden", "sigma", "dynamics"},
     {"epochs", "max_steps", "lr", "dynamics_lr_scale", "grad_clip", "horizon", "w_dyn", "w_bce",
      "augment", "seed", "threads", "device"},
@@ -99,6 +100,13 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
   Get(t, "data", "file", &file_str, origin);
   if (!file_str.empty()) data = file_str;
   Get(t, "data", "env", &env, origin);
+  Get(t, "data", "control", &control, origin);
+  Get(t, "data", "size", &size, origin);
+  Get(t, "data", "runs", &runs, origin);
+  Get(t, "data", "frames", &frames, origin);
+  int64_t ds = int64_t(data_seed);
+  Get(t, "data", "seed", &ds, origin);
+  data_seed = uint64_t(ds);
   Get(t, "model", "hidden", &hidden, origin);
   Get(t, "model", "sigma", &sigma, origin);
   Get(t, "model", "dynamics", &dyn, origin);
@@ -125,6 +133,8 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
 void TrainConfig::Validate() const {
   auto fail = [](const std::string& m) { throw InputError(m); };
   if (!env.empty()) ParseEnvName(env);
+  ParseControlMode(control);
+  if (size < 8 || runs < 1 || frames < 3) fail("[data] size, runs and frames must be positive");
   if (hidden < 8 || hidden % 8 != 0) {
     fail("hidden width must be a positive multiple of 8 (GroupNorm has 8 groups), got " +
          std::to_string(hidden));
@@ -144,9 +154,27 @@ void TrainConfig::Validate() const {
   }
 }
 
+std::filesystem::path TrainConfig::DataFile() const {
+  if (!data.empty()) return data;
+  if (env.empty()) {
+    throw InputError("no data set: give --data FILE, or [data] file or env in the config");
+  }
+  GenerateOptions g;
+  g.env = ParseEnvName(env);
+  g.control = ParseControlMode(control);
+  g.size = size;
+  g.runs = runs;
+  g.frames = frames;
+  g.seed = data_seed;
+  g.out_dir = "data";
+  return DatasetPath(g);
+}
+
 std::string TrainConfig::ToToml() const {
   toml::table t{
-      {"data", toml::table{{"file", data.string()}, {"env", env}}},
+      {"data", toml::table{{"file", data.string()}, {"env", env}, {"control", control},
+                           {"size", size}, {"runs", runs}, {"frames", frames},
+                           {"seed", int64_t(data_seed)}}},
       {"model", toml::table{{"hidden", hidden}, {"sigma", sigma},
                             {"dynamics", DynamicsKindName(dynamics)}}},
       {"train", toml::table{{"epochs", epochs},

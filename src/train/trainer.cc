@@ -93,22 +93,23 @@ TrainSummary Train(const TrainOptions& options) {
                      "continue it, or choose another --out");
   }
 
-  Dataset data = Dataset::Open(cfg.data);
+  const fs::path data_file = cfg.DataFile();
+  Dataset data = Dataset::Open(data_file);
   const DatasetInfo& info = data.info();
   if (!cfg.env.empty() && ParseEnvName(cfg.env) != info.env) {
-    throw InputError("the config is for " + cfg.env + " but '" + cfg.data.string() + "' is a " +
+    throw InputError("the config is for " + cfg.env + " but '" + data_file.string() + "' is a " +
                      EnvNameString(info.env) + " data set");
   }
   if (info.size % 4 != 0) {
-    throw InputError("'" + cfg.data.string() + "' has " + std::to_string(info.size) +
+    throw InputError("'" + data_file.string() + "' has " + std::to_string(info.size) +
                      " px images; the U-Net needs a multiple of 4");
   }
   if (info.frames < cfg.horizon + 2) {
-    throw InputError("'" + cfg.data.string() + "' has " + std::to_string(info.frames) +
+    throw InputError("'" + data_file.string() + "' has " + std::to_string(info.frames) +
                      " frames per run; horizon " + std::to_string(cfg.horizon) + " needs ≥ " +
                      std::to_string(cfg.horizon + 2));
   }
-  if (info.train_runs < 1) throw InputError("'" + cfg.data.string() + "' has no training runs");
+  if (info.train_runs < 1) throw InputError("'" + data_file.string() + "' has no training runs");
 
   const int threads = cfg.threads > 0 ? cfg.threads
                                       : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -296,12 +297,14 @@ TrainSummary Train(const TrainOptions& options) {
     metrics.flush();
     if (!options.quiet) {
       bar.Finish();
-      std::printf("epoch %lld/%d: loss %.4g, validation VPT %s (%zu runs), %s elapsed\n",
-                  static_cast<long long>(finished_epoch), cfg.epochs, summary.last_loss,
-                  epoch_line.contains("val_vpt_mean")
-                      ? (std::to_string(summary.val_vpt_mean).substr(0, 5) + " frames").c_str()
-                      : "n/a",
-                  val_runs.size(), FormatDuration(epoch_line["seconds"].get<double>()).c_str());
+      char vpt[64] = "n/a";
+      if (epoch_line.contains("val_vpt_mean")) {
+        std::snprintf(vpt, sizeof vpt, "%.2f frames (%zu runs)", summary.val_vpt_mean,
+                      val_runs.size());
+      }
+      std::printf("epoch %lld/%d: loss %.4g, validation VPT %s, %s elapsed\n",
+                  static_cast<long long>(finished_epoch), cfg.epochs, summary.last_loss, vpt,
+                  FormatDuration(epoch_line["seconds"].get<double>()).c_str());
       std::fflush(stdout);
     }
   }

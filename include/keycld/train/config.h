@@ -20,8 +20,12 @@ std::string DynamicsKindName(DynamicsKind kind);
 /// Every setting of a training run. Defaults are the paper's (KEYCLD.md §3, §6).
 struct TrainConfig {
   // [data]
-  std::filesystem::path data;       // HDF5 data set (keycld generate)
+  std::filesystem::path data;       // HDF5 data set; empty = the file `keycld generate` names
+                                    // for the fields below, under data/
   std::string env;                  // expected environment ("" = take it from the data set)
+  std::string control = "none";     // the data set to generate when `data` is empty
+  int size = 64, runs = 500, frames = 50;
+  uint64_t data_seed = 0;
   // [model]
   int hidden = 32;                  // h
   double sigma = 0.1;               // Gaussian map width, normalized units
@@ -50,6 +54,10 @@ struct TrainConfig {
   void Validate() const;
   /// The resolved config as TOML (saved in the run folder as config.toml).
   std::string ToToml() const;
+  /// The data set file: `data` if set, else the path `keycld generate` writes for env,
+  /// control, size, runs, frames and data_seed under data/. Throws InputError if neither
+  /// `data` nor `env` is set.
+  std::filesystem::path DataFile() const;
 };
 
 }  // namespace keycld
