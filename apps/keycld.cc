@@ -46,6 +46,12 @@ int RunInfo(const std::string& gl_name) {
 }
 
 void PrintTrainSummary(const TrainSummary& r) {
+  if (r.steps_this_call == 0) {
+    std::printf("the run is already complete at step %lld (raise --epochs or --steps to "
+                "continue); checkpoint %s\n",
+                static_cast<long long>(r.steps), r.checkpoint.c_str());
+    return;
+  }
   std::printf("trained %lld steps (%lld epochs) in %.1f s, %.3f s/step; ",
               static_cast<long long>(r.steps), static_cast<long long>(r.epochs_completed),
               r.seconds, r.seconds_per_step);
@@ -58,7 +64,19 @@ void PrintTrainSummary(const TrainSummary& r) {
 
 }  // namespace
 
+int Run(int argc, char** argv);
+
+// Output that could not be written (a full disk, a closed pipe) is an error too.
 int main(int argc, char** argv) {
+  int rc = Run(argc, argv);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "keycld: error: cannot write to standard output\n");
+    return rc == 0 ? 1 : rc;
+  }
+  return rc;
+}
+
+int Run(int argc, char** argv) {
   CLI::App app{"keycld: learning constrained Lagrangian dynamics in keypoint coordinates from "
                "images (KeyCLD)"};
   app.require_subcommand(1);
@@ -79,7 +97,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   generate->add_option("--frames", gen.frames, "Frames per run")->capture_default_str();
   generate->add_option("--size", gen.size, "Image side in pixels")->capture_default_str();
-  generate->add_option("--seed", gen.seed, "Random seed of the whole data set")
+  int64_t gen_seed = 0;
+  generate->add_option("--seed", gen_seed, "Random seed of the whole data set (≥ 0)")
       ->capture_default_str();
   generate->add_option("--workers", gen.workers, "Render threads (0 = one per core)")
       ->capture_default_str();
@@ -101,7 +120,7 @@ int main(int argc, char** argv) {
   std::optional<int> train_epochs, train_hidden, train_threads;
   std::optional<double> train_lr;
   std::optional<int64_t> train_steps;
-  std::optional<uint64_t> train_seed;
+  std::optional<int64_t> train_seed;
   bool train_resume = false;
   auto* train = app.add_subcommand("train", "Train KeyCLD on a data set (unsupervised)");
   train->add_option("--data", train_data, "HDF5 data set (keycld generate)");
@@ -112,7 +131,7 @@ int main(int argc, char** argv) {
   train->add_option("--hidden", train_hidden, "Hidden width h (paper: 32)");
   train->add_option("--lr", train_lr, "Learning rate of estimator and renderer (paper: 3e-4)");
   train->add_option("--steps", train_steps, "Stop after this many steps in total");
-  train->add_option("--seed", train_seed, "Random seed");
+  train->add_option("--seed", train_seed, "Random seed (≥ 0)");
   train->add_option("--threads", train_threads, "LibTorch threads (0 = all cores)");
   train->add_option("--device", train_device, "cpu | cuda | cuda:N");
   train->add_option("--dynamics", train_dynamics, "constrained (KeyCLD) | unconstrained (NC)");
@@ -129,7 +148,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::string what = e.what();
+    for (char& c : what)
+      if (c == '\n') c = ' ';
+    std::fprintf(stderr, "keycld: error: %s (see keycld --help)\n", what.c_str());
+    return 2;
   }
 
   try {
@@ -138,6 +162,8 @@ int main(int argc, char** argv) {
       gen.env = ParseEnvName(env_name);
       gen.control = ParseControlMode(control_name);
       gen.out_dir = out_dir;
+      if (gen_seed < 0) throw InputError("--seed must be ≥ 0, got " + std::to_string(gen_seed));
+      gen.seed = uint64_t(gen_seed);
       gen.gl = ParseGlBackend(gl_name);
       GenerateResult r = GenerateDataset(gen);
       if (r.reused) {
@@ -162,7 +188,10 @@ int main(int argc, char** argv) {
         }
         t.config = TrainConfig::FromToml(saved);
         if (!train_config.empty() || train_hidden || train_seed || !train_dynamics.empty() ||
-            (!train_data.empty() && std::filesystem::path(train_data) != t.config.data)) {
+            (!train_data.empty() &&
+             !(std::filesystem::exists(train_data) &&
+               std::filesystem::exists(t.config.DataFile()) &&
+               std::filesystem::equivalent(train_data, t.config.DataFile())))) {
           throw InputError("--resume continues the saved configuration; only --epochs, "
                            "--steps, --lr, --threads and --device may change");
         }
@@ -171,7 +200,8 @@ int main(int argc, char** argv) {
         if (!train_data.empty()) t.config.data = train_data;
         t.config.DataFile();  // throws if no data set is named
         if (train_hidden) t.config.hidden = *train_hidden;
-        if (train_seed) t.config.seed = *train_seed;
+        if (train_seed && *train_seed < 0) throw InputError("--seed must be ≥ 0");
+        if (train_seed) t.config.seed = uint64_t(*train_seed);
         if (!train_dynamics.empty()) t.config.dynamics = ParseDynamicsKind(train_dynamics);
       }
       if (train_epochs) t.config.epochs = *train_epochs;
@@ -189,7 +219,27 @@ int main(int argc, char** argv) {
       t.run_dir = run_out.empty()
                       ? std::filesystem::path("runs") / std::filesystem::path(run_config).stem()
                       : std::filesystem::path(run_out);
+      const bool resume = std::filesystem::exists(t.run_dir / "checkpoints" / "last.pt");
+      if (resume) {
+        // The run continues with its saved config; only a longer schedule may be asked for.
+        TrainConfig saved = TrainConfig::FromToml(t.run_dir / "config.toml");
+        TrainConfig wanted = t.config;
+        wanted.epochs = saved.epochs;
+        wanted.max_steps = saved.max_steps;
+        if (wanted.ToToml() != saved.ToToml()) {
+          throw InputError("'" + t.run_dir.string() + "' was started with another " +
+                           "configuration than '" + run_config + "': use --out for a new run");
+        }
+        saved.epochs = t.config.epochs;
+        saved.max_steps = t.config.max_steps;
+        t.config = saved;
+      }
       const auto data_file = t.config.DataFile();
+      if (t.config.data.empty() && (t.config.size % 4 != 0 ||
+                                    t.config.frames < t.config.horizon + 2)) {
+        throw InputError("[data] size must be a multiple of 4 and frames ≥ horizon + 2 = " +
+                         std::to_string(t.config.horizon + 2) + " to train on the data set");
+      }
       if (!std::filesystem::exists(data_file)) {
         if (!t.config.data.empty() && t.config.env.empty()) {
           throw IoError("data set not found: '" + data_file.string() + "'");
@@ -213,11 +263,8 @@ int main(int argc, char** argv) {
       } else {
         std::printf("using data set %s\n", data_file.c_str());
       }
-      t.resume = std::filesystem::exists(t.run_dir / "checkpoints" / "last.pt");
-      if (t.resume) {
-        std::printf("resuming the run in %s\n", t.run_dir.c_str());
-        t.config = TrainConfig::FromToml(t.run_dir / "config.toml");
-      }
+      t.resume = resume;
+      if (t.resume) std::printf("resuming the run in %s\n", t.run_dir.c_str());
       std::fflush(stdout);
       PrintTrainSummary(Train(t));
       return 0;

@@ -202,6 +202,24 @@ TEST(DataGenerate, RejectsTruncatedAndForeignFiles) {
   EXPECT_THROW(Dataset::Open(dir / "missing.h5"), IoError);
 }
 
+TEST(DataGenerate, AFailedForceKeepsTheGoodFile) {
+  testing::TempDir dir;
+  auto o = Tiny(dir.path(), EnvName::kPendulum, ControlMode::kNone);
+  auto path = GenerateDataset(o).path;
+  auto before = Dataset::Open(path).ReadImages(0);
+  // A model without actuators cannot make a data set; the existing file must survive.
+  std::filesystem::create_directories(dir / "assets");
+  std::ifstream in(DefaultAssetsDir() / "pendulum.xml");
+  std::string xml((std::istreambuf_iterator<char>(in)), {});
+  xml = xml.substr(0, xml.find("<actuator>")) + "</mujoco>\n";
+  std::ofstream(dir / "assets/pendulum.xml") << xml;
+  std::filesystem::copy_file(DefaultAssetsDir() / "common.xml", dir / "assets/common.xml");
+  o.assets_dir = dir / "assets";
+  o.force = true;
+  EXPECT_THROW(GenerateDataset(o), FormatError);
+  EXPECT_EQ(Dataset::Open(path).ReadImages(0), before);
+}
+
 TEST(DataGenerateCli, ErrorsAreOneLineAndNonZero) {
   testing::TempDir dir;
   std::string out;
@@ -216,7 +234,11 @@ TEST(DataGenerateCli, ErrorsAreOneLineAndNonZero) {
   EXPECT_EQ(testing::RunCli("generate --out /proc/nope", &out), 1);
   EXPECT_NE(out.find("/proc"), std::string::npos) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
-  EXPECT_NE(testing::RunCli("generate --runs many" + o, &out), 0);
+  EXPECT_EQ(testing::RunCli("generate --runs many" + o, &out), 2);
+  EXPECT_EQ(out.rfind("keycld: error:", 0), 0u) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_EQ(testing::RunCli("generate --seed -1" + o, &out), 1);
+  EXPECT_EQ(testing::RunCli("", &out), 2);
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
   EXPECT_EQ(testing::RunCli("generate --runs 3 --frames 3 --size 16" + o, &out), 0) << out;
   EXPECT_EQ(testing::RunCli("generate --runs 3 --frames 3 --size 16" + o, &out), 0) << out;

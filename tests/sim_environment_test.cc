@@ -222,6 +222,8 @@ TEST(SimEnvironment, BadInputGivesClearErrors) {
   Environment p(EnvName::kPendulum);
   EXPECT_THROW(p.Reset(std::vector<double>{0, 0}, std::vector<double>{0}), InputError);
   EXPECT_THROW(p.SetAction(std::vector<double>{1, 2}), InputError);
+  EXPECT_THROW(p.Reset(std::vector<double>{NAN}, std::vector<double>{0}), InputError);
+  EXPECT_THROW(p.Reset(std::vector<double>{0}, std::vector<double>{INFINITY}), InputError);
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -71,6 +74,8 @@ TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   EXPECT_THROW(d.MergeToml("[train]\nepochs = \"many\"\n", "t"), InputError);
   EXPECT_THROW(d.MergeToml("[optimizer]\nlr = 1.0\n", "t"), InputError);
   EXPECT_THROW(d.MergeToml("[train\n", "t"), InputError);
+  EXPECT_THROW(d.MergeToml("[model]\nhidden = 4294967304\n", "t"), InputError);
+  EXPECT_THROW(d.MergeToml("[train]\nseed = -1\n", "t"), InputError);
   TrainConfig bad;
   bad.hidden = 12;
   EXPECT_THROW(bad.Validate(), InputError);
@@ -160,6 +165,15 @@ TEST(Train, RefusesBadInput) {
   opt.config.max_steps = 2;
   Train(opt);
   EXPECT_THROW(Train(opt), InputError);  // the folder already holds a run
+  // Another process training in the folder (it holds the lock).
+  {
+    auto busy = TinyRun(data, dir / "busy");
+    std::filesystem::create_directories(dir / "busy");
+    int fd = ::open((dir / "busy/.lock").c_str(), O_CREAT | O_RDWR, 0644);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    EXPECT_THROW(Train(busy), InputError);
+    ::close(fd);
+  }
   // Image size not a multiple of 4.
   auto odd = TinyRun(TinyData(dir / "odd", 18), dir / "odd-run");
   EXPECT_THROW(Train(odd), InputError);
@@ -248,7 +262,7 @@ TEST(Train, CtrlCSavesAndTheRunResumes) {
   EXPECT_EQ(WEXITSTATUS(status), 130);
   ASSERT_TRUE(std::filesystem::exists(dir / "run/checkpoints/last.pt"));
   std::string out;
-  EXPECT_EQ(testing::RunCli("train --out " + run + " --resume --epochs 1", &out), 0) << out;
+  EXPECT_EQ(testing::RunCli("train --out " + run + " --resume --steps 40", &out), 0) << out;
   EXPECT_NE(out.find("trained"), std::string::npos) << out;
 }
 

@@ -34,8 +34,8 @@ void ValidateGenerateOptions(const GenerateOptions& o) {
   if (o.size < 8 || o.size > 1024) {
     throw InputError("--size must be in [8, 1024] pixels, got " + std::to_string(o.size));
   }
-  if (o.workers < 0) {
-    throw InputError("--workers must be ≥ 0 (0 = one per core), got " +
+  if (o.workers < 0 || o.workers > 256) {
+    throw InputError("--workers must be in [0, 256] (0 = one per core), got " +
                      std::to_string(o.workers));
   }
 }
@@ -116,7 +116,16 @@ struct WorkerJob {
   int worker, workers, total_items;
 };
 
+int g_worker_fd = -1;  // the pipe of this worker process, for MuJoCo's error handler
+
+void ForwardMujocoError(const char* msg) {
+  std::string what = std::string("MuJoCo: ") + msg;
+  SendMessage(g_worker_fd, MessageType::kError, -1, {what.data()}, {what.size()});
+}
+
 [[noreturn]] void RunWorker(const WorkerJob& job, int fd) {
+  g_worker_fd = fd;
+  InstallMujocoHandlers(ForwardMujocoError);
   const GenerateOptions& o = *job.options;
   const int R = o.runs, N = o.frames, S = o.size;
   try {
@@ -291,6 +300,9 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   h5::Quiet();
   GenerateResult result;
   result.path = DatasetPath(o);
+  if (fs::is_directory(result.path)) {
+    throw IoError("'" + result.path.string() + "' is a directory, not a data set file");
+  }
   if (fs::exists(result.path) && !o.force) {
     Dataset existing = [&] {
       try {
@@ -321,7 +333,7 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   const int G = int(grid.size());
   const int total_items = R + G;
   int workers = o.workers > 0 ? o.workers : int(std::max(1u, std::thread::hardware_concurrency()));
-  workers = std::min(workers, total_items);
+  workers = std::min(workers, R);
 
   // Fork the workers before the output file exists, so that no worker holds it open.
   const auto start = std::chrono::steady_clock::now();
@@ -463,8 +475,9 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   if (H5Fclose(file.Release()) < 0) {
     throw IoError("cannot finish '" + out.temp_path().string() + "' (disk full?)");
   }
+  // Check the finished file before it replaces anything.
+  result.info = Dataset::Open(out.temp_path()).info();
   out.Commit();
-  result.info = Dataset::Open(result.path).info();
   return result;
 }
 

@@ -1,6 +1,8 @@
 #include "keycld/sim/environment.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "keycld/util/error.h"
@@ -60,6 +62,27 @@ fs::path DefaultAssetsDir() {
   return fs::path(KEYCLD_SOURCE_ASSETS_DIR) / "envs";
 }
 
+namespace {
+// MuJoCo's default error handler prints several lines and waits for Enter. Ours prints one
+// line and exits; a generation worker first forwards the message to its parent.
+void (*g_error_forward)(const char*) = nullptr;
+void MujocoError(const char* msg) {
+  if (g_error_forward) g_error_forward(msg);
+  std::fprintf(stderr, "keycld: error: MuJoCo: %s\n", msg);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+void MujocoWarning(const char* msg) {
+  std::fprintf(stderr, "keycld: warning: MuJoCo: %s\n", msg);
+}
+}  // namespace
+
+void InstallMujocoHandlers(void (*forward)(const char*)) {
+  g_error_forward = forward;
+  mju_user_error = MujocoError;
+  mju_user_warning = MujocoWarning;
+}
+
 Rng::Rng(uint64_t seed, uint64_t stream, uint64_t index) {
   std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(stream), uint32_t(index),
                     uint32_t(index >> 32)};
@@ -96,7 +119,14 @@ const char* KeypointSiteNames(EnvName env, int k) {
 }  // namespace
 
 Environment::Environment(EnvName name, const fs::path& assets_dir) : name_(name) {
+  static std::once_flag handlers;
+  std::call_once(handlers, [] {
+    if (mju_user_error == nullptr) InstallMujocoHandlers();
+  });
   fs::path file = assets_dir / (EnvNameString(name) + ".xml");
+  if (fs::exists(file) && !fs::is_regular_file(file)) {
+    throw IoError("MJCF asset '" + file.string() + "' is not a regular file");
+  }
   if (!fs::exists(file)) {
     throw IoError("MJCF asset not found: '" + file.string() +
                   "' (set KEYCLD_ASSETS to the folder holding " + EnvNameString(name) + ".xml)");
@@ -106,7 +136,19 @@ Environment::Environment(EnvName name, const fs::path& assets_dir) : name_(name)
     std::lock_guard<std::mutex> lock(LoadMutex());
     model_ = mj_loadXML(file.c_str(), nullptr, error, sizeof error);
   }
-  if (!model_) throw FormatError("MuJoCo cannot load '" + file.string() + "': " + error);
+  if (!model_) {
+    std::string msg = error;
+    for (char& c : msg)
+      if (c == '\n') c = ' ';
+    while (!msg.empty() && msg.back() == ' ') msg.pop_back();
+    throw FormatError("MuJoCo cannot load '" + file.string() + "': " + msg);
+  }
+  if (model_->nu < 1 || !(model_->opt.timestep > 0)) {
+    mj_deleteModel(model_);
+    model_ = nullptr;
+    throw FormatError("'" + file.string() + "' must have at least one actuator and a positive " +
+                      "time step");
+  }
   data_ = mj_makeData(model_);
   for (int k = 0; const char* site = KeypointSiteNames(name, k); ++k) {
     int id = mj_name2id(model_, mjOBJ_SITE, site);
@@ -133,10 +175,14 @@ Environment::~Environment() {
 
 void Environment::Reset(std::span<const double> qpos, std::span<const double> qvel) {
   if (int(qpos.size()) != nq() || int(qvel.size()) != nv()) {
-    throw InputError("Environment::Reset: expected qpos[" + std::to_string(nq()) + "] and qvel[" +
-                     std::to_string(nv()) + "], got " + std::to_string(qpos.size()) + " and " +
-                     std::to_string(qvel.size()));
+    throw InputError(EnvNameString(name_) + " has " + std::to_string(nq()) +
+                     " joint position(s) and " + std::to_string(nv()) + " velocity(ies), got " +
+                     std::to_string(qpos.size()) + " and " + std::to_string(qvel.size()));
   }
+  for (double v : qpos)
+    if (!std::isfinite(v)) throw InputError("joint positions must be finite");
+  for (double v : qvel)
+    if (!std::isfinite(v)) throw InputError("joint velocities must be finite");
   mj_resetData(model_, data_);
   std::copy(qpos.begin(), qpos.end(), data_->qpos);
   std::copy(qvel.begin(), qvel.end(), data_->qvel);

@@ -79,11 +79,16 @@ struct EglApi {
   PFNEGLGETPLATFORMDISPLAYEXTPROC GetPlatformDisplayEXT = nullptr;
 };
 
+EglApi g_egl;
+std::string g_egl_error;
+std::once_flag g_egl_once;
+
 const EglApi* LoadEgl(std::string* why) {
-  static std::once_flag once;
-  static EglApi api;
-  static std::string load_error;
-  std::call_once(once, [] {
+  EglApi& api = g_egl;
+  std::string& load_error = g_egl_error;
+  std::call_once(g_egl_once, [] {
+    EglApi& api = g_egl;
+    std::string& load_error = g_egl_error;
     std::string err;
     api.lib = OpenLibrary({"libEGL.so.1", "libEGL.so"}, &err);
     if (!api.lib) {
@@ -226,6 +231,11 @@ std::unique_ptr<GlContext> CreateEgl(std::vector<std::string>* tried) {
     return std::make_unique<EglContext>(egl, d, c, "EGL default display");
   }
   tried->push_back("EGL default display: " + why);
+  // Unload libEGL again: MuJoCo's GL loader takes the first GL library it finds loaded in the
+  // process, and an EGL without a usable display would then hide OSMesa from it.
+  ::dlclose(g_egl.lib);
+  g_egl.lib = nullptr;
+  g_egl_error = "EGL was found unusable earlier in this process";
   return nullptr;
 }
 
@@ -311,7 +321,11 @@ std::unique_ptr<GlContext> GlContext::Create(GlBackend backend,
                                              std::vector<std::string>* attempts) {
   if (backend == GlBackend::kAuto) {
     if (const char* env = std::getenv("KEYCLD_GL"); env && *env) {
-      backend = ParseGlBackend(env);
+      try {
+        backend = ParseGlBackend(env);
+      } catch (const InputError& e) {
+        throw InputError(std::string("environment variable KEYCLD_GL: ") + e.what());
+      }
     }
   }
   std::vector<std::string> tried;

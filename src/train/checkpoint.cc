@@ -106,7 +106,8 @@ void SaveCheckpoint(const std::filesystem::path& file, KeycldModel& model,
   try {
     root.save_to(out.temp_path().string());
   } catch (const c10::Error& e) {
-    throw IoError("cannot write checkpoint '" + file.string() + "' (disk full?)");
+    throw IoError("cannot write checkpoint '" + file.string() + "': " +
+                  std::string(e.what_without_backtrace()));
   }
   out.Commit();
 }
@@ -139,9 +140,13 @@ void LoadCheckpoint(const std::filesystem::path& file, KeycldModel& model,
   if (s.env != want.env || s.num_keypoints != want.num_keypoints ||
       s.action_dim != want.action_dim || s.hidden != want.hidden ||
       s.image_size != want.image_size || s.dynamics != want.dynamics) {
-    throw FormatError("'" + file.string() + "' was trained with another model (" +
-                      EnvNameString(s.env) + ", h = " + std::to_string(s.hidden) + ", " +
-                      std::to_string(s.image_size) + " px) than configured here");
+    auto describe = [](const ModelSpec& m) {
+      return EnvNameString(m.env) + ", h = " + std::to_string(m.hidden) + ", " +
+             std::to_string(m.image_size) + " px, " + std::to_string(m.action_dim) +
+             " actuator(s), " + DynamicsKindName(m.dynamics) + " dynamics";
+    };
+    throw FormatError("'" + file.string() + "' holds a model (" + describe(s) +
+                      ") other than the one configured here (" + describe(want) + ")");
   }
   torch::serialize::InputArchive m;
   if (!a.try_read("model", m)) throw FormatError("'" + file.string() + "' holds no model");

@@ -1,6 +1,8 @@
 #include "keycld/train/config.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <toml++/toml.h>
@@ -21,6 +23,9 @@ std::string DynamicsKindName(DynamicsKind kind) {
 }
 
 TrainConfig TrainConfig::FromToml(const std::filesystem::path& file) {
+  if (!std::filesystem::is_regular_file(file)) {
+    throw IoError("config '" + file.string() + "' is not a readable file");
+  }
   std::ifstream in(file);
   if (!in) throw IoError("cannot read config '" + file.string() + "'");
   std::stringstream ss;
@@ -62,7 +67,13 @@ void Get(const toml::table& t, const char* section, const char* key, T* out,
     }
   } else {
     if (auto v = n->as_integer()) {
-      *out = T(v->get());
+      const int64_t x = v->get();
+      if (x < int64_t(std::numeric_limits<T>::min()) ||
+          (std::is_signed_v<T> && x > int64_t(std::numeric_limits<T>::max()))) {
+        throw InputError(origin + ": [" + section + "] " + key + " = " + std::to_string(x) +
+                         " is out of range");
+      }
+      *out = T(x);
       return;
     }
   }
@@ -106,6 +117,7 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
   Get(t, "data", "frames", &frames, origin);
   int64_t ds = int64_t(data_seed);
   Get(t, "data", "seed", &ds, origin);
+  if (ds < 0) throw InputError(origin + ": [data] seed must be ≥ 0");
   data_seed = uint64_t(ds);
   Get(t, "model", "hidden", &hidden, origin);
   Get(t, "model", "sigma", &sigma, origin);
@@ -122,6 +134,7 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
   Get(t, "train", "augment", &augment, origin);
   int64_t s = int64_t(seed);
   Get(t, "train", "seed", &s, origin);
+  if (s < 0) throw InputError(origin + ": [train] seed must be ≥ 0");
   seed = uint64_t(s);
   Get(t, "train", "threads", &threads, origin);
   Get(t, "train", "device", &device, origin);
@@ -142,11 +155,14 @@ void TrainConfig::Validate() const {
   if (!(sigma > 0)) fail("sigma must be > 0");
   if (epochs < 1) fail("epochs must be ≥ 1, got " + std::to_string(epochs));
   if (max_steps < 0) fail("max_steps must be ≥ 0");
-  if (!(lr > 0) || !(dynamics_lr_scale > 0)) fail("learning rates must be > 0");
+  if (!(lr > 0) || !(dynamics_lr_scale > 0) || !std::isfinite(lr) ||
+      !std::isfinite(dynamics_lr_scale)) {
+    fail("learning rates must be finite and > 0");
+  }
   if (!(grad_clip > 0)) fail("grad_clip must be > 0");
   if (horizon < 1) fail("horizon must be ≥ 1, got " + std::to_string(horizon));
   if (w_dyn < 0 || w_bce < 0) fail("loss weights must be ≥ 0");
-  if (threads < 0) fail("threads must be ≥ 0 (0 = all cores)");
+  if (threads < 0 || threads > 256) fail("threads must be in [0, 256] (0 = all cores)");
   if (val_runs < 0) fail("val_runs must be ≥ 0 (0 = all)");
   if (!(rtol > 0) || !(atol > 0)) fail("rtol and atol must be > 0");
   if (device != "cpu" && device.rfind("cuda", 0) != 0) {

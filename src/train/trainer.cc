@@ -12,7 +12,12 @@
 #include <sstream>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "keycld/data/dataset.h"
 #include "keycld/train/checkpoint.h"
@@ -77,12 +82,40 @@ torch::Device ResolveDevice(const std::string& name) {
   return device;
 }
 
+// An exclusive flock(2) on a file in the run folder, released when the process ends.
+class RunLock {
+ public:
+  explicit RunLock(const fs::path& file) {
+    fd_ = ::open(file.c_str(), O_CREAT | O_RDWR, 0644);
+    if (fd_ < 0) throw IoError("cannot create '" + file.string() + "': " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd_);
+      throw InputError("'" + file.parent_path().string() +
+                       "' is in use by another keycld process");
+    }
+  }
+  ~RunLock() { ::close(fd_); }
+  RunLock(const RunLock&) = delete;
+  RunLock& operator=(const RunLock&) = delete;
+
+ private:
+  int fd_;
+};
+
 }  // namespace
 
 TrainSummary Train(const TrainOptions& options) {
   const TrainConfig& cfg = options.config;
   cfg.Validate();
   const fs::path run = options.run_dir;
+  if (run.empty()) throw InputError("--out must name a run folder");
+  {
+    std::error_code ec;
+    fs::create_directories(run, ec);
+    if (ec) throw IoError("cannot create run folder '" + run.string() + "': " + ec.message());
+  }
+  // One process per run folder: a second one would interleave checkpoints and configs.
+  RunLock lock(run / ".lock");
   const fs::path checkpoints = run / "checkpoints";
   const fs::path last = checkpoints / "last.pt";
   if (options.resume && !fs::exists(last)) {
@@ -315,6 +348,7 @@ TrainSummary Train(const TrainOptions& options) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t done = pos.step - first_step;
   summary.seconds_per_step = done > 0 ? step_seconds / double(done) : 0;
+  summary.steps_this_call = done;
   summary.checkpoint = last;
   return summary;
 }

@@ -10,7 +10,9 @@ namespace keycld {
 torch::Tensor ImagesToFloat(const torch::Tensor& images, const torch::Device& device) {
   const int64_t d = images.dim();
   if (d < 3 || images.size(d - 1) != 3) throw InputError("images must be [..., H, W, 3]");
-  return images.to(device).movedim(d - 1, d - 3).to(torch::kFloat32).div_(255.0);
+  // contiguous(): a channels-last view would carry its memory format through every
+  // convolution and GroupNorm of the networks, which is slower on CPU.
+  return images.to(device).movedim(d - 1, d - 3).contiguous().to(torch::kFloat32).div_(255.0);
 }
 
 VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,

@@ -24,8 +24,11 @@ AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
     throw IoError("cannot create output directory '" + dir.string() + "': " + ec.message());
   }
   std::random_device rd;
-  temp_ = dir / ("." + target_.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                 std::to_string(rd() % 100000));
+  if (target_.filename().empty() || fs::is_directory(target_)) {
+    throw IoError("'" + target_.string() + "' is a directory, not a file name");
+  }
+  temp_ = dir / (".keycld-" + std::to_string(::getpid()) + "-" + std::to_string(rd() % 100000) +
+                 ".tmp");  // LibTorch archives need a non-empty stem
   // Probe that the directory is writable before any long work starts.
   int fd = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) {

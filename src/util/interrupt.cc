@@ -11,7 +11,7 @@ namespace {
 std::atomic<bool> g_requested{false};
 std::mutex g_mutex;
 int g_depth = 0;
-struct sigaction g_old_int, g_old_term;
+struct sigaction g_old_int, g_old_term, g_old_hup;
 
 void Handler(int sig) {
   if (g_requested.exchange(true)) std::_Exit(128 + sig);
@@ -26,6 +26,7 @@ InterruptGuard::InterruptGuard() {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &g_old_int);
     sigaction(SIGTERM, &sa, &g_old_term);
+    sigaction(SIGHUP, &sa, &g_old_hup);
   }
 }
 
@@ -34,6 +35,7 @@ InterruptGuard::~InterruptGuard() {
   if (--g_depth == 0) {
     sigaction(SIGINT, &g_old_int, nullptr);
     sigaction(SIGTERM, &g_old_term, nullptr);
+    sigaction(SIGHUP, &g_old_hup, nullptr);
   }
 }
 

@@ -29,6 +29,11 @@ void CheckControlMode(EnvName env, ControlMode mode);
 /// variable KEYCLD_ASSETS if set, else the source tree's assets/envs.
 std::filesystem::path DefaultAssetsDir();
 
+/// Replaces MuJoCo's error handler (which prints several lines and waits for Enter) by one that
+/// prints one line and exits with status 1, after calling `forward(message)` if given.
+/// Environment's constructor installs it (without `forward`) on first use.
+void InstallMujocoHandlers(void (*forward)(const char*) = nullptr);
+
 /// Random number source of the data protocol: 64-bit Mersenne twister seeded from
 /// (seed, stream, index) so that every run has its own reproducible stream.
 class Rng {

@@ -18,6 +18,7 @@ struct TrainOptions {
 
 struct TrainSummary {
   int64_t steps = 0;             // optimizer steps in total (including resumed ones)
+  int64_t steps_this_call = 0;   // 0: the run was already complete
   int64_t epochs_completed = 0;
   double seconds = 0;            // wall time of this invocation
   double seconds_per_step = 0;   // mean over this invocation's steps
@@ -34,7 +35,8 @@ struct TrainSummary {
 ///   checkpoints/epoch-NNNN.pt  after every epoch
 ///   metrics.jsonl           one JSON object per step ("type":"step") and per epoch
 ///                           ("type":"epoch", with the validation VPT)
-/// Without `resume`, a run folder that already holds a checkpoint is refused (InputError).
+/// Without `resume`, a run folder that already holds a checkpoint is refused (InputError), and
+/// so is a folder another process is training in (a lock file, run_dir/.lock).
 /// With `resume`, the saved config is used (epochs and max_steps may be raised) and training
 /// continues exactly where it stopped: same parameters, optimizer state, data order and random
 /// augmentation, so the result equals an uninterrupted run.

@@ -3,7 +3,7 @@
 
 namespace keycld {
 
-/// While alive, SIGINT and SIGTERM set a flag instead of killing the process, so that long
+/// While alive, SIGINT, SIGTERM and SIGHUP set a flag instead of killing the process, so that long
 /// work can stop at a safe point, clean up or checkpoint, and throw Interrupted. A second
 /// signal while the flag is set terminates at once. Nested guards share the flag.
 class InterruptGuard {
