@@ -21,19 +21,13 @@ using namespace keycld;
 
 namespace {
 
-std::string MujocoVersionString() {
-  int v = mj_version();
-  return std::to_string(v / 100) + "." + std::to_string((v / 10) % 10) + "." +
-         std::to_string(v % 10);
-}
-
 int RunInfo(const std::string& gl_name) {
   std::printf("keycld %s\n", KEYCLD_VERSION);
   std::printf("LibTorch %s (threads: %d intra-op, %u cores)\n", TORCH_VERSION,
               torch::get_num_threads(), std::thread::hardware_concurrency());
   std::printf("CUDA available: %s", torch::cuda::is_available() ? "yes" : "no");
   if (torch::cuda::is_available()) std::printf(" (%zu devices)", torch::cuda::device_count());
-  std::printf("\nMuJoCo %s\n", MujocoVersionString().c_str());
+  std::printf("\nMuJoCo %s\n", MujocoVersion().c_str());
   std::printf("assets: %s\n", DefaultAssetsDir().c_str());
   std::vector<std::string> attempts;
   auto gl = GlContext::Create(ParseGlBackend(gl_name), &attempts);

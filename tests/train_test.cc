@@ -108,6 +108,8 @@ TEST(Train, ATinyRunLowersTheLoss) {
   EXPECT_EQ(s.steps, 6 * 5);
   EXPECT_EQ(s.epochs_completed, 6);
   const double after = loss_of(LoadModel(s.checkpoint, torch::kCPU));
+  // The run folder loads the same model as its last checkpoint.
+  EXPECT_EQ(loss_of(LoadModel(dir / "run", torch::kCPU)), after);
   EXPECT_LT(after, 0.8 * before) << "before " << before << ", after " << after;
   // Run folder layout.
   EXPECT_TRUE(std::filesystem::exists(dir / "run/config.toml"));

@@ -287,12 +287,6 @@ bool SameParameters(const DatasetInfo& i, const GenerateOptions& o) {
          i.size == o.size && i.seed == o.seed;
 }
 
-std::string MujocoVersion() {
-  int v = mj_version();
-  return std::to_string(v / 100) + "." + std::to_string((v / 10) % 10) + "." +
-         std::to_string(v % 10);
-}
-
 }  // namespace
 
 GenerateResult GenerateDataset(const GenerateOptions& o) {

@@ -57,6 +57,12 @@ void CheckControlMode(EnvName env, ControlMode mode) {
   }
 }
 
+std::string MujocoVersion() {
+  int v = mj_version();
+  return std::to_string(v / 100) + "." + std::to_string((v / 10) % 10) + "." +
+         std::to_string(v % 10);
+}
+
 fs::path DefaultAssetsDir() {
   if (const char* env = std::getenv("KEYCLD_ASSETS"); env && *env) return fs::path(env);
   return fs::path(KEYCLD_SOURCE_ASSETS_DIR) / "envs";

@@ -117,7 +117,10 @@ ModelSpec ReadCheckpointSpec(const std::filesystem::path& file) {
   return ReadSpec(a, file.string());
 }
 
-KeycldModel LoadModel(const std::filesystem::path& file, const torch::Device& device) {
+KeycldModel LoadModel(const std::filesystem::path& file_or_run, const torch::Device& device) {
+  const std::filesystem::path file = std::filesystem::is_directory(file_or_run)
+                                         ? file_or_run / "checkpoints" / "last.pt"
+                                         : file_or_run;
   auto a = OpenArchive(file, device);
   KeycldModel model(ReadSpec(a, file.string()));
   model->to(device);

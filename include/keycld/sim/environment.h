@@ -25,6 +25,9 @@ std::string ControlModeString(ControlMode mode);
 /// Throws InputError for a combination the benchmark lacks (pendulum has no "under").
 void CheckControlMode(EnvName env, ControlMode mode);
 
+/// MuJoCo's version as "major.minor.patch" (e.g. "2.2.2").
+std::string MujocoVersion();
+
 /// Directory holding pendulum.xml, cartpole.xml, acrobot.xml and common.xml: the environment
 /// variable KEYCLD_ASSETS if set, else the source tree's assets/envs.
 std::filesystem::path DefaultAssetsDir();

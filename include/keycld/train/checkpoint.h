@@ -34,8 +34,9 @@ void SaveCheckpoint(const std::filesystem::path& file, KeycldModel& model,
 /// foreign, other version), naming the file.
 ModelSpec ReadCheckpointSpec(const std::filesystem::path& file);
 
-/// Loads a model from a checkpoint onto `device`.
-KeycldModel LoadModel(const std::filesystem::path& file, const torch::Device& device);
+/// Loads a model onto `device` from a checkpoint file, or from a run folder (its
+/// checkpoints/last.pt).
+KeycldModel LoadModel(const std::filesystem::path& file_or_run, const torch::Device& device);
 
 /// Restores parameters, optimizer state and position into an existing model/optimizer of the
 /// same spec. Throws FormatError if the checkpoint does not match.
