@@ -11,7 +11,7 @@ PACKAGES=(
   build-essential cmake pkg-config git
   libtorch-dev                        # tensors, autograd, nn, Adam (CPU build)
   libmujoco-dev libqhull-dev          # physics and rendering (mujoco's cmake config needs qhull)
-  libegl-dev libegl1 libegl-mesa0 libgl-dev libosmesa6-dev  # headless OpenGL: EGL, OSMesa
+  libegl-dev libegl1 libegl-mesa0 libgl1-mesa-dri libgl-dev libosmesa6-dev  # headless GL: EGL (Mesa llvmpipe), OSMesa
   libhdf5-dev                         # data sets
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev  # CLI, configs, metrics
   libstb-dev libgif-dev               # PNG and GIF output
