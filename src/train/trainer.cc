@@ -250,8 +250,9 @@ TrainSummary Train(const TrainOptions& options) {
       torch::Tensor images = ImagesToFloat(train_images[r], device);
       torch::Tensor ids;
       if (cfg.augment) {
-        ids = torch::empty({info.frames}, torch::kInt64);
-        for (int64_t t = 0; t < info.frames; ++t) ids[t] = int64_t(rng() % 8);
+        std::vector<int64_t> draws(size_t(info.frames));
+        for (auto& d : draws) d = int64_t(rng() % 8);
+        ids = torch::tensor(draws, torch::kInt64);
       }
       torch::Tensor u = train_actions[r].to(device);
       LossTerms loss = SequenceLoss(model, images, u, ids, loss_options);
