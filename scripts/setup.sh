@@ -15,6 +15,7 @@ PACKAGES=(
   libhdf5-dev                         # data sets
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev  # CLI, configs, metrics
   libstb-dev libgif-dev               # PNG and GIF output
+  libplplot-dev plplot-driver-cairo   # plots (PNG through cairo)
   libgtest-dev libbenchmark-dev       # tests and benchmarks
 )
 

@@ -15,32 +15,43 @@ torch::Tensor ImagesToFloat(const torch::Tensor& images, const torch::Device& de
   return images.to(device).movedim(d - 1, d - 3).contiguous().to(torch::kFloat32).div_(255.0);
 }
 
-VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
-                              const torch::Tensor& actions, const VptOptions& options) {
-  const ModelSpec& spec = model->spec();
-  if (images.dim() != 5 || images.size(1) < 3 || images.size(2) != spec.image_size ||
-      images.size(3) != spec.image_size || images.size(4) != 3) {
-    throw InputError("ValidPredictionTime: images must be uint8 [R, N ≥ 3, " +
-                     std::to_string(spec.image_size) + ", " + std::to_string(spec.image_size) +
-                     ", 3]");
+namespace {
+void CheckImages(const ModelSpec& spec, const torch::Tensor& images, int64_t min_frames,
+                 const char* what) {
+  if (images.dim() != 5 || images.size(1) < min_frames || images.size(2) != spec.image_size ||
+      images.size(3) != spec.image_size || images.size(4) != 3 ||
+      images.scalar_type() != torch::kUInt8) {
+    throw InputError(std::string(what) + ": images must be uint8 [R, N ≥ " +
+                     std::to_string(min_frames) + ", " + std::to_string(spec.image_size) + ", " +
+                     std::to_string(spec.image_size) + ", 3]");
   }
-  const int64_t R = images.size(0), N = images.size(1), K = spec.num_keypoints;
+}
+void CheckActions(const ModelSpec& spec, const torch::Tensor& actions, int64_t R,
+                  const char* what) {
   if (actions.dim() != 2 || actions.size(0) != R || actions.size(1) != spec.action_dim) {
-    throw InputError("ValidPredictionTime: actions must be [R, " +
+    throw InputError(std::string(what) + ": actions must be [" + std::to_string(R) + ", " +
                      std::to_string(spec.action_dim) + "]");
   }
+}
+}  // namespace
+
+KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& first3,
+                                    const torch::Tensor& actions, int64_t frames,
+                                    IntegratorMethod method, const IntegratorOptions& options) {
+  const ModelSpec& spec = model->spec();
+  CheckImages(spec, first3, 3, "PredictKeypoints");
+  const int64_t R = first3.size(0), K = spec.num_keypoints;
+  CheckActions(spec, actions, R, "PredictKeypoints");
+  if (frames < 2) throw InputError("PredictKeypoints: at least 2 frames, got " +
+                                   std::to_string(frames));
   const torch::Device device = model->mass->m().device();
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
-
-  // Estimated keypoints of frames 0, 1, 2 of every run.
-  torch::Tensor first = ImagesToFloat(images.slice(1, 0, 3), device).reshape(
-      {R * 3, 3, spec.image_size, spec.image_size});
+  torch::Tensor first = ImagesToFloat(first3.slice(1, 0, 3), device)
+                            .reshape({R * 3, 3, spec.image_size, spec.image_size});
   torch::Tensor x = model->Encode(first).keypoints.reshape({R, 3, 2 * K});
-
-  VptResult result;
-  torch::Tensor keypoints;
+  KeypointPrediction out;
   {
     DoublePrecisionDynamics fp64(model);
     torch::Tensor xd = x.to(torch::kFloat64);
@@ -48,36 +59,30 @@ VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
     torch::Tensor v1 = (xd.select(1, 2) - xd.select(1, 0)) / (2.0 * spec.dt);
     v1 = model->ProjectVelocity(x1, v1);
     std::vector<double> times;
-    for (int64_t t = 0; t < N - 1; ++t) times.push_back(double(t) * spec.dt);
-    IntegratorOptions io;
-    io.rtol = options.rtol;
-    io.atol = options.atol;
-    io.max_steps = options.max_steps;
-    Trajectory traj = model->Rollout(x1, v1, actions.to(device, torch::kFloat64), times,
-                                     IntegratorMethod::kDopri5, io);
-    result.accepted_steps = traj.accepted_steps;
-    result.rejected_steps = traj.rejected_steps;
-    keypoints = torch::cat({x.select(1, 0).unsqueeze(1), traj.x.to(torch::kFloat32)}, 1)
-                    .reshape({R, N, K, 2});
+    for (int64_t t = 0; t < frames - 1; ++t) times.push_back(double(t) * spec.dt);
+    Trajectory traj =
+        model->Rollout(x1, v1, actions.to(device, torch::kFloat64), times, method, options);
+    out.accepted_steps = traj.accepted_steps;
+    out.rejected_steps = traj.rejected_steps;
+    out.keypoints = torch::cat({x.select(1, 0).unsqueeze(1), traj.x.to(torch::kFloat32)}, 1)
+                        .reshape({R, frames, K, 2});
   }
-  result.predicted = keypoints;
+  if (was_training) model->train();
+  return out;
+}
 
-  // Render and score, in chunks of frames.
-  torch::Tensor flat = keypoints.reshape({R * N, K, 2});
-  std::vector<torch::Tensor> mse_chunks;
-  for (int64_t s = 0; s < R * N; s += options.render_chunk) {
-    int64_t e = std::min(R * N, s + options.render_chunk);
-    torch::Tensor rendered = model->Render(flat.slice(0, s, e));
-    torch::Tensor truth = ImagesToFloat(
-        images.reshape({R * N, spec.image_size, spec.image_size, 3}).slice(0, s, e), device);
-    mse_chunks.push_back((rendered - truth).square().mean({1, 2, 3}));
+VptResult VptFromMse(const torch::Tensor& mse, double epsilon) {
+  if (mse.dim() != 2 || mse.size(0) < 1 || mse.size(1) < 1) {
+    throw InputError("VptFromMse: mse must be [R ≥ 1, N ≥ 1]");
   }
-  result.mse = torch::cat(mse_chunks).reshape({R, N}).to(torch::kCPU, torch::kFloat64);
+  VptResult result;
+  result.mse = mse.to(torch::kCPU, torch::kFloat64).contiguous();
+  const int64_t R = mse.size(0), N = mse.size(1);
   auto acc = result.mse.accessor<double, 2>();
   for (int64_t r = 0; r < R; ++r) {
     int v = int(N - 1);
     for (int64_t t = 0; t < N; ++t) {
-      if (acc[r][t] > options.epsilon) {
+      if (!(acc[r][t] <= epsilon)) {  // NaN counts as invalid
         v = int(t);
         break;
       }
@@ -92,7 +97,41 @@ VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
   std::vector<int> sorted = result.vpt;
   std::sort(sorted.begin(), sorted.end());
   result.median = R % 2 ? sorted[R / 2] : 0.5 * (sorted[R / 2 - 1] + sorted[R / 2]);
+  return result;
+}
+
+VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
+                              const torch::Tensor& actions, const VptOptions& options) {
+  const ModelSpec& spec = model->spec();
+  CheckImages(spec, images, 3, "ValidPredictionTime");
+  const int64_t R = images.size(0), N = images.size(1), K = spec.num_keypoints;
+  CheckActions(spec, actions, R, "ValidPredictionTime");
+  IntegratorOptions io;
+  io.rtol = options.rtol;
+  io.atol = options.atol;
+  io.max_steps = options.max_steps;
+  KeypointPrediction p = PredictKeypoints(model, images.slice(1, 0, 3), actions, N,
+                                          IntegratorMethod::kDopri5, io);
+  const torch::Device device = model->mass->m().device();
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+
+  // Render and score, in chunks of frames.
+  torch::Tensor flat = p.keypoints.reshape({R * N, K, 2});
+  std::vector<torch::Tensor> mse_chunks;
+  for (int64_t s = 0; s < R * N; s += options.render_chunk) {
+    int64_t e = std::min(R * N, s + options.render_chunk);
+    torch::Tensor rendered = model->Render(flat.slice(0, s, e));
+    torch::Tensor truth = ImagesToFloat(
+        images.reshape({R * N, spec.image_size, spec.image_size, 3}).slice(0, s, e), device);
+    mse_chunks.push_back((rendered - truth).square().mean({1, 2, 3}));
+  }
   if (was_training) model->train();
+  VptResult result = VptFromMse(torch::cat(mse_chunks).reshape({R, N}), options.epsilon);
+  result.predicted = p.keypoints;
+  result.accepted_steps = p.accepted_steps;
+  result.rejected_steps = p.rejected_steps;
   return result;
 }
 

@@ -24,6 +24,27 @@ struct VptResult {
   int64_t accepted_steps = 0, rejected_steps = 0;
 };
 
+/// Long-term prediction of keypoints from the first three frames of each run (KEYCLD.md §8):
+/// keypoints of frames 0, 1, 2 are estimated; the rollout starts at x₁ with
+/// ẋ₁ = (x₂ − x₀) / (2Δt), projected onto the constraint tangent space, and integrates the
+/// model's dynamics in float64 with the run's constant action to frame times 1 … F−1 (frame t at
+/// t·Δt). Frame 0 of the result is the estimate of frame 0. first3 uint8 [R, 3, H, W, 3],
+/// actions float [R, A] → keypoints float32 [R, F, K, 2] on the model's device. `method` is
+/// Dormand–Prince for evaluation (tolerances from `options`), RK4 / Euler with step Δt.
+/// Throws InputError for bad shapes or F < 2 and NumericalError if the rollout diverges.
+struct KeypointPrediction {
+  torch::Tensor keypoints;  // [R, F, K, 2]
+  int64_t accepted_steps = 0, rejected_steps = 0;
+};
+KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& first3,
+                                    const torch::Tensor& actions, int64_t frames,
+                                    IntegratorMethod method, const IntegratorOptions& options);
+
+/// VPT of each run from its per-frame MSE [R, N] (float64 on the CPU): the index of the first
+/// frame whose MSE exceeds ε, N − 1 if none (KEYCLD.md §8). Also fills mean, std (population)
+/// and median. Throws InputError for a tensor that is not [R ≥ 1, N ≥ 1].
+VptResult VptFromMse(const torch::Tensor& mse, double epsilon);
+
 /// Predicts every run from its first three frames and scores it (KEYCLD.md §8): keypoints of
 /// frames 0, 1, 2; start at x₁ with ẋ₁ = (x₂ − x₀) / (2Δt), projected; Dormand–Prince in
 /// float64 to every later frame time with the run's constant action; render; frame 0 is the
