@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "keycld/util/allocator.h"
 #include "keycld/util/error.h"
 
 using namespace keycld;
@@ -62,6 +63,7 @@ int Run(int argc, char** argv) {
 
 // Output that could not be written (a full disk, a closed pipe) is an error too.
 int main(int argc, char** argv) {
+  TuneAllocatorForTraining();
   int rc = Run(argc, argv);
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
     std::fprintf(stderr, "keycld: error: cannot write to standard output\n");

@@ -6,6 +6,7 @@
 
 #include "keycld/train/loss.h"
 #include "keycld/train/vpt.h"
+#include "keycld/util/allocator.h"
 
 namespace keycld {
 namespace {
@@ -56,4 +57,14 @@ BENCHMARK(BM_TrainStep)
 }  // namespace
 }  // namespace keycld
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (!(argc > 1 && std::string(argv[argc - 1]) == "--default-allocator")) {
+    keycld::TuneAllocatorForTraining();
+  } else {
+    --argc;
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
