@@ -223,6 +223,7 @@ TrainSummary Train(const TrainOptions& options) {
   };
 
   LossOptions loss_options{cfg.horizon, cfg.w_dyn, cfg.w_bce};
+  const int64_t total_steps = cfg.TotalSteps(R);
   TrainSummary summary;
   const auto start = std::chrono::steady_clock::now();
   const int64_t first_step = pos.step;
@@ -270,6 +271,11 @@ TrainSummary Train(const TrainOptions& options) {
       for (auto& p : model->parameters()) {
         if (p.grad().defined()) p.grad().clamp_(-cfg.grad_clip, cfg.grad_clip);
       }
+      const double lr_factor = cfg.LearningRateFactor(pos.step, total_steps);
+      auto& groups = adam.param_groups();
+      static_cast<torch::optim::AdamOptions&>(groups[0].options()).lr(cfg.lr * lr_factor);
+      static_cast<torch::optim::AdamOptions&>(groups[1].options())
+          .lr(cfg.lr * cfg.dynamics_lr_scale * lr_factor);
       adam.step();
       ++pos.step;
       ++pos.step_in_epoch;
@@ -282,6 +288,7 @@ TrainSummary Train(const TrainOptions& options) {
                    {"rec", loss.reconstruction.item<double>()},
                    {"dyn", loss.dynamics.item<double>()},
                    {"bce", loss.heatmap.item<double>()},
+                   {"lr", cfg.lr * lr_factor},
                    {"seconds", secs}};
       metrics << line.dump() << "\n";
       summary.last_loss = total;

@@ -36,6 +36,9 @@ struct TrainConfig {
   double lr = 3e-4;                 // estimator and renderer
   double dynamics_lr_scale = 0.2;   // mass, potential, input matrix: lr · scale
   double grad_clip = 5.0;           // element-wise clip before Adam
+  std::string lr_schedule = "constant";  // constant (the paper) | cosine: both learning rates
+                                    // decay as ½(1 + cos(π·step/total)) to lr_final_scale × lr
+  double lr_final_scale = 0.0;      // cosine: the final fraction of the learning rates
   int horizon = 4;                  // P, Euler steps of the dynamics loss
   double w_dyn = 1.0, w_bce = 1.0;
   bool augment = true;              // dihedral augmentation of the estimator input
@@ -50,6 +53,12 @@ struct TrainConfig {
   static TrainConfig FromToml(const std::filesystem::path& file);
   /// Fills fields from a TOML string (same rules); `origin` names it in errors.
   void MergeToml(const std::string& text, const std::string& origin);
+  /// Total optimisation steps of the schedule: max_steps if set, else epochs × train_runs.
+  int64_t TotalSteps(int64_t train_runs) const;
+  /// Factor applied to both learning rates at optimisation step `step` (0-based) of `total`:
+  /// 1 for "constant"; lr_final_scale + (1 − lr_final_scale)·½(1 + cos(π·step/total)) for
+  /// "cosine" (lr_final_scale after the last step).
+  double LearningRateFactor(int64_t step, int64_t total) const;
   /// Throws InputError for an out-of-range value.
   void Validate() const;
   /// The resolved config as TOML (saved in the run folder as config.toml).
