@@ -201,6 +201,14 @@ TEST(Video, GifReadsBackWithItsFramesSizeDelayAndColours) {
   EXPECT_THROW(WriteGif(dir / "b.gif", std::vector<std::vector<uint8_t>>{{1, 2}}, 4, 4, 3),
                InputError);
   EXPECT_FALSE(std::filesystem::exists(dir / "b.gif"));
+  {
+    // A streaming writer destroyed before Finish() (an error half way) leaves nothing.
+    GifWriter w(dir / "c.gif", 20, 12, 2, {frames[0].pixels()});
+    w.Add(frames[0].pixels());
+    EXPECT_THROW(w.Add(Canvas(3, 3).pixels()), InputError);
+    EXPECT_EQ(w.frames(), 1);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "c.gif"));
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += !e.path().empty();
   EXPECT_EQ(files, 1u);
