@@ -71,7 +71,9 @@ fs::path FindDataSet(const PredictOptions& o, const fs::path& config_file, Train
   }
   const fs::path named = config->DataFile();
   if (fs::exists(named)) return named;
-  const fs::path beside = fs::absolute(o.run_dir).parent_path().parent_path() / named;
+  fs::path run = fs::absolute(o.run_dir).lexically_normal();
+  if (run.filename().empty()) run = run.parent_path();  // "runs/x/"
+  const fs::path beside = run.parent_path().parent_path() / named;
   if (named.is_relative() && fs::exists(beside)) return beside;
   throw IoError("data set '" + named.string() + "' named by '" + config_file.string() +
                 "' not found: pass --data FILE");
