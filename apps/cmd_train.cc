@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "keycld/data/generate.h"
 #include "keycld/eval/evaluate.h"
+#include "keycld/eval/predict.h"
 #include "keycld/eval/report.h"
 #include "keycld/train/trainer.h"
 #include "keycld/util/error.h"
@@ -36,7 +37,21 @@ void PrintTrainSummary(const TrainSummary& r) {
 void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::path& data,
                 int frames, const std::shared_ptr<const GlobalOptions>& global,
                 RunReportInputs* report) {
-  (void)run_dir, (void)data, (void)frames, (void)global, (void)report;
+  PredictOptions p;
+  p.run_dir = run_dir;
+  p.data = data;
+  p.frames = frames;
+  p.gl = ParseGlBackend(global->gl);
+  PredictionOutput out = WritePrediction(p);
+  report->prediction_files = {out.gif, out.mse_plot, out.csv};
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "Validation run %d (data-set run %d), %d frames (%d stored, %d re-simulated): "
+                "valid for %d frames; panels: ground truth | estimated heatmaps and keypoints | "
+                "prediction | error.",
+                0, out.dataset_run, out.frames, out.stored_frames, out.simulated_frames, out.vpt);
+  report->prediction_summary = line;
+  std::printf("%s\n", line);
 }
 
 struct TrainArgs {

@@ -24,5 +24,6 @@ Runner AddRenderCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glob
 Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
+Runner AddPredictCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 
 }  // namespace keycld::cli

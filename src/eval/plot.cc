@@ -240,13 +240,62 @@ class PngStream {
   std::unique_ptr<plstream> pls_;
 };
 
-// Axes box with a light grid, labels and title; `log_y` labels the y axis in decades.
-void DrawFrame(plstream& pls, const PlotOptions& o, const char* x_opt) {
+// Labelled values of a log axis spanning less than two decades, where PLplot would label
+// at most one power of ten: 1, 2, 5 × 10^n (every digit when that gives fewer than two).
+std::vector<double> LogTickValues(Range y) {
+  for (const std::vector<int>& digits :
+       {std::vector<int>{1, 2, 5}, std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
+    std::vector<double> values;
+    for (int n = int(std::floor(y.lo)) - 1; n <= int(std::ceil(y.hi)); ++n) {
+      for (int d : digits) {
+        double lv = std::log10(d) + n;
+        if (lv >= y.lo && lv <= y.hi) values.push_back(lv);
+      }
+    }
+    if (values.size() >= 2) return values;
+  }
+  return {};
+}
+
+// Axes box with a light grid, labels and title; `log_y` labels the y axis in decades (or at
+// 1, 2, 5 × 10^n for a range under two decades).
+void DrawFrame(plstream& pls, const PlotOptions& o, const char* x_opt, Range y) {
+  const bool grid_x = x_opt[0] == 'g';
+  const std::vector<double> ticks =
+      o.log_y && y.hi - y.lo < 2 ? LogTickValues(y) : std::vector<double>{};
   pls.col0(kGrid);
-  pls.box(x_opt[0] == 'g' ? "g" : "", 0, 0, o.log_y ? "gl" : "g", 0, 0);
+  if (ticks.empty()) {
+    pls.box(grid_x ? "g" : "", 0, 0, o.log_y ? "gl" : "g", 0, 0);
+  } else {
+    pls.box(grid_x ? "g" : "", 0, 0, "", 0, 0);
+    PLFLT x_lo, x_hi, y_lo, y_hi;
+    pls.gvpw(x_lo, x_hi, y_lo, y_hi);
+    for (double v : ticks) pls.join(x_lo, v, x_hi, v);
+  }
   pls.col0(kBlack);
-  pls.box(x_opt + (x_opt[0] == 'g' ? 1 : 0), 0, 0, o.log_y ? "bcnstvl" : "bcnstv", 0, 0);
-  pls.lab(o.x_label.c_str(), o.y_label.c_str(), o.title.c_str());
+  pls.box(x_opt + (grid_x ? 1 : 0), 0, 0,
+          o.log_y ? (ticks.empty() ? "bcnstvl" : "bcstvl") : "bcnstv", 0, 0);
+  size_t longest = 0;
+  for (double v : ticks) {
+    // Compact labels: "0.02", "0.5", "20", but "5e-4" and "2e5" far from 1.
+    const double value = std::pow(10.0, v);
+    char label[32];
+    if (value < 0.01 || value >= 1e4) {
+      const int exponent = int(std::floor(v + 1e-9));
+      std::snprintf(label, sizeof label, "%.0fe%d", value / std::pow(10.0, exponent), exponent);
+    } else {
+      std::snprintf(label, sizeof label, "%g", value);
+    }
+    pls.mtex("lv", 0.7, (v - y.lo) / (y.hi - y.lo), 1.0, label);
+    longest = std::max(longest, std::strlen(label));
+  }
+  if (ticks.empty()) {
+    pls.lab(o.x_label.c_str(), o.y_label.c_str(), o.title.c_str());
+  } else {
+    // The y label clears the tick labels: about 0.75 character heights per character.
+    pls.lab(o.x_label.c_str(), "", o.title.c_str());
+    pls.mtex("l", 1.9 + 0.75 * double(longest), 0.5, 0.5, o.y_label.c_str());
+  }
 }
 
 // Dashed horizontal reference lines across the box.
@@ -316,7 +365,7 @@ void WriteLinePlot(const fs::path& png, const std::vector<PlotSeries>& series,
   plstream& pls = *stream;
   pls.vpor(kBoxLeft, kBoxRight, kBoxBottom, kBoxTop);
   pls.wind(x.lo, x.hi, y.lo, y.hi);
-  DrawFrame(pls, options, "gbcnst");
+  DrawFrame(pls, options, "gbcnst", y);
   DrawReferenceLines(pls, options, x.lo, x.hi);
   for (size_t i = 0; i < series.size(); ++i) {
     const PlotSeries& s = series[i];
@@ -376,7 +425,7 @@ void WriteBarChart(const fs::path& png, const std::vector<std::string>& categori
   plstream& pls = *stream;
   pls.vpor(kBoxLeft, kBoxRight, kBoxBottom, kBoxTop);
   pls.wind(-0.5, nc - 0.5, y.lo, y.hi);
-  DrawFrame(pls, options, "bc");
+  DrawFrame(pls, options, "bc", y);
   for (int c = 0; c < nc; ++c) {
     pls.mtex("b", 1.5, (c + 0.5) / nc, 0.5, categories[c].c_str());
   }

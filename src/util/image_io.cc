@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -94,6 +95,133 @@ Palette FitPalette(const std::vector<std::span<const uint8_t>>& frames, size_t p
 
 }  // namespace
 
+struct GifWriter::Impl {
+  std::filesystem::path path;
+  int width = 0, height = 0, delay_cs = 0;
+  Palette palette;
+  std::unique_ptr<AtomicFile> file;
+  GifFileType* gif = nullptr;
+  std::vector<GifByteType> index;
+  int64_t frames = 0;
+
+  [[noreturn]] void Fail(const std::string& what) {
+    Close();
+    throw IoError("cannot write GIF '" + path.string() + "': " + what);
+  }
+  void Close() {
+    if (gif) {
+      int err = 0;
+      EGifCloseFile(gif, &err);
+      gif = nullptr;
+    }
+  }
+};
+
+GifWriter::GifWriter(const std::filesystem::path& path, int width, int height, int delay_cs,
+                     const std::vector<std::span<const uint8_t>>& palette_sample)
+    : impl_(std::make_unique<Impl>()) {
+  if (width < 1 || height < 1 || width > 65535 || height > 65535) {
+    throw InputError("GIF '" + path.string() + "': size " + std::to_string(width) + "x" +
+                     std::to_string(height) + " is outside [1, 65535]");
+  }
+  if (delay_cs < 0 || delay_cs > 65535) {
+    throw InputError("GIF '" + path.string() + "': delay " + std::to_string(delay_cs) +
+                     " cs is outside [0, 65535]");
+  }
+  if (palette_sample.empty()) {
+    throw InputError("GIF '" + path.string() + "': no frames to fit the palette to");
+  }
+  const size_t n = size_t(width) * height;
+  for (size_t i = 0; i < palette_sample.size(); ++i) {
+    if (palette_sample[i].size() != n * 3) {
+      throw InputError("GIF '" + path.string() + "': frame " + std::to_string(i) + " has " +
+                       std::to_string(palette_sample[i].size()) + " bytes, not " +
+                       std::to_string(width) + "x" + std::to_string(height) + "x3");
+    }
+  }
+  Impl& m = *impl_;
+  m.path = path;
+  m.width = width;
+  m.height = height;
+  m.delay_cs = delay_cs;
+  m.palette = FitPalette(palette_sample, n);
+  m.index.resize(n);
+  m.file = std::make_unique<AtomicFile>(path);
+  int err = 0;
+  m.gif = EGifOpenFileName(m.file->temp_path().c_str(), false, &err);
+  if (!m.gif) throw IoError("cannot open GIF '" + path.string() + "': " + GifErrorString(err));
+  ColorMapObject* cmap = GifMakeMapObject(256, m.palette.colors.data());
+  if (!cmap) m.Fail("palette");
+  EGifSetGifVersion(m.gif, true);
+  if (EGifPutScreenDesc(m.gif, width, height, 8, 0, cmap) == GIF_ERROR) {
+    GifFreeMapObject(cmap);
+    m.Fail("screen descriptor");
+  }
+  GifFreeMapObject(cmap);
+  // Netscape loop extension: loop forever.
+  const GifByteType netscape[] = {'N', 'E', 'T', 'S', 'C', 'A', 'P', 'E', '2', '.', '0'};
+  const GifByteType loop[] = {1, 0, 0};
+  if (EGifPutExtensionLeader(m.gif, APPLICATION_EXT_FUNC_CODE) == GIF_ERROR ||
+      EGifPutExtensionBlock(m.gif, sizeof netscape, netscape) == GIF_ERROR ||
+      EGifPutExtensionBlock(m.gif, sizeof loop, loop) == GIF_ERROR ||
+      EGifPutExtensionTrailer(m.gif) == GIF_ERROR) {
+    m.Fail("loop extension");
+  }
+}
+
+GifWriter::~GifWriter() {
+  if (impl_) impl_->Close();  // without Finish(): the temporary file is removed
+}
+
+int64_t GifWriter::frames() const { return impl_->frames; }
+
+void GifWriter::Add(std::span<const uint8_t> frame) {
+  Impl& m = *impl_;
+  if (!m.gif) throw InputError("GIF '" + m.path.string() + "': Add after Finish");
+  const size_t n = m.index.size();
+  if (frame.size() != n * 3) {
+    throw InputError("GIF '" + m.path.string() + "': a frame of " + std::to_string(frame.size()) +
+                     " bytes is not " + std::to_string(m.width) + "x" + std::to_string(m.height) +
+                     "x3");
+  }
+  GraphicsControlBlock gcb{};
+  gcb.DisposalMode = DISPOSAL_UNSPECIFIED;
+  gcb.DelayTime = m.delay_cs;
+  gcb.TransparentColor = NO_TRANSPARENT_COLOR;
+  GifByteType ext[4];
+  EGifGCBToExtension(&gcb, ext);
+  if (EGifPutExtension(m.gif, GRAPHICS_EXT_FUNC_CODE, 4, ext) == GIF_ERROR) m.Fail("frame delay");
+  for (size_t p = 0; p < n; ++p) {
+    m.index[p] = m.palette.lut[((frame[3 * p] >> 3) << 10) | ((frame[3 * p + 1] >> 3) << 5) |
+                               (frame[3 * p + 2] >> 3)];
+  }
+  if (EGifPutImageDesc(m.gif, 0, 0, m.width, m.height, false, nullptr) == GIF_ERROR) {
+    m.Fail("image");
+  }
+  for (int y = 0; y < m.height; ++y) {
+    if (EGifPutLine(m.gif, m.index.data() + size_t(y) * m.width, m.width) == GIF_ERROR) {
+      m.Fail("pixels");
+    }
+  }
+  ++m.frames;
+}
+
+void GifWriter::Finish() {
+  Impl& m = *impl_;
+  if (!m.gif) throw InputError("GIF '" + m.path.string() + "': Finish called twice");
+  if (m.frames == 0) {
+    m.Close();
+    throw InputError("GIF '" + m.path.string() + "': no frames");
+  }
+  int err = 0;
+  int rc = EGifCloseFile(m.gif, &err);
+  m.gif = nullptr;
+  if (rc == GIF_ERROR) {
+    throw IoError("cannot finish GIF '" + m.path.string() + "': " + GifErrorString(err));
+  }
+  m.file->Commit();
+}
+
 void WriteGif(const std::filesystem::path& path, const std::vector<std::vector<uint8_t>>& frames,
               int width, int height, int delay_cs) {
   std::vector<std::span<const uint8_t>> views(frames.begin(), frames.end());
@@ -104,70 +232,9 @@ void WriteGif(const std::filesystem::path& path,
               const std::vector<std::span<const uint8_t>>& frames, int width, int height,
               int delay_cs) {
   if (frames.empty()) throw InputError("WriteGif: no frames for '" + path.string() + "'");
-  if (width < 1 || height < 1 || width > 65535 || height > 65535) {
-    throw InputError("WriteGif: size " + std::to_string(width) + "x" + std::to_string(height) +
-                     " is outside [1, 65535] for '" + path.string() + "'");
-  }
-  if (delay_cs < 0 || delay_cs > 65535) {
-    throw InputError("WriteGif: delay " + std::to_string(delay_cs) + " cs is outside [0, 65535]");
-  }
-  const size_t n = size_t(width) * height;
-  for (size_t i = 0; i < frames.size(); ++i) {
-    if (frames[i].size() != n * 3) {
-      throw InputError("WriteGif: frame " + std::to_string(i) + " has " +
-                       std::to_string(frames[i].size()) + " bytes, not " + std::to_string(width) +
-                       "x" + std::to_string(height) + "x3");
-    }
-  }
-  const Palette pal = FitPalette(frames, n);
-  AtomicFile file(path);
-  int err = 0;
-  GifFileType* gif = EGifOpenFileName(file.temp_path().c_str(), false, &err);
-  if (!gif) throw IoError("cannot open GIF '" + path.string() + "': " + GifErrorString(err));
-  auto fail = [&](const std::string& what) {
-    int close_err = 0;
-    EGifCloseFile(gif, &close_err);
-    throw IoError("cannot write GIF '" + path.string() + "': " + what);
-  };
-  ColorMapObject* cmap = GifMakeMapObject(256, pal.colors.data());
-  if (!cmap) fail("palette");
-  EGifSetGifVersion(gif, true);
-  if (EGifPutScreenDesc(gif, width, height, 8, 0, cmap) == GIF_ERROR) {
-    GifFreeMapObject(cmap);
-    fail("screen descriptor");
-  }
-  GifFreeMapObject(cmap);
-  // Netscape loop extension: loop forever.
-  const GifByteType netscape[] = {'N', 'E', 'T', 'S', 'C', 'A', 'P', 'E', '2', '.', '0'};
-  const GifByteType loop[] = {1, 0, 0};
-  if (EGifPutExtensionLeader(gif, APPLICATION_EXT_FUNC_CODE) == GIF_ERROR ||
-      EGifPutExtensionBlock(gif, sizeof netscape, netscape) == GIF_ERROR ||
-      EGifPutExtensionBlock(gif, sizeof loop, loop) == GIF_ERROR ||
-      EGifPutExtensionTrailer(gif) == GIF_ERROR) {
-    fail("loop extension");
-  }
-  std::vector<GifByteType> index(n);
-  for (const auto& frame : frames) {
-    GraphicsControlBlock gcb{};
-    gcb.DisposalMode = DISPOSAL_UNSPECIFIED;
-    gcb.DelayTime = delay_cs;
-    gcb.TransparentColor = NO_TRANSPARENT_COLOR;
-    GifByteType ext[4];
-    EGifGCBToExtension(&gcb, ext);
-    if (EGifPutExtension(gif, GRAPHICS_EXT_FUNC_CODE, 4, ext) == GIF_ERROR) fail("frame delay");
-    for (size_t p = 0; p < n; ++p) {
-      index[p] = pal.lut[((frame[3 * p] >> 3) << 10) | ((frame[3 * p + 1] >> 3) << 5) |
-                         (frame[3 * p + 2] >> 3)];
-    }
-    if (EGifPutImageDesc(gif, 0, 0, width, height, false, nullptr) == GIF_ERROR) fail("image");
-    for (int y = 0; y < height; ++y) {
-      if (EGifPutLine(gif, index.data() + size_t(y) * width, width) == GIF_ERROR) fail("pixels");
-    }
-  }
-  if (EGifCloseFile(gif, &err) == GIF_ERROR) {
-    throw IoError("cannot finish GIF '" + path.string() + "': " + GifErrorString(err));
-  }
-  file.Commit();
+  GifWriter writer(path, width, height, delay_cs, frames);  // validates every frame
+  for (const auto& frame : frames) writer.Add(frame);
+  writer.Finish();
 }
 
 }  // namespace keycld

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -25,5 +26,29 @@ void WriteGif(const std::filesystem::path& path, const std::vector<std::vector<u
 void WriteGif(const std::filesystem::path& path,
               const std::vector<std::span<const uint8_t>>& frames, int width, int height,
               int delay_cs);
+
+/// Streams a looping animated GIF frame by frame (long videos need not fit in memory). The
+/// palette is fitted, as by WriteGif, to `palette_sample`: a few representative frames of the
+/// same size. Add() frames, then Finish() renames the temporary file onto `path`; destroyed
+/// without Finish() (an error, an interruption), it leaves nothing behind. Throws InputError
+/// for bad sizes or delays, an empty sample, frames of another size, or Finish() without frames;
+/// IoError if the file cannot be written.
+class GifWriter {
+ public:
+  GifWriter(const std::filesystem::path& path, int width, int height, int delay_cs,
+            const std::vector<std::span<const uint8_t>>& palette_sample);
+  ~GifWriter();
+  GifWriter(const GifWriter&) = delete;
+  GifWriter& operator=(const GifWriter&) = delete;
+
+  /// Appends one RGB frame [height, width, 3].
+  void Add(std::span<const uint8_t> frame);
+  void Finish();
+  int64_t frames() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace keycld
