@@ -205,7 +205,7 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       std::printf("wrote %s in %.1f s (%.0f frames/s)\n", r.path.c_str(), r.seconds,
                   r.frames_per_second);
     } else {
-      std::printf("[1/4] using the data set %s\n", data_file.c_str());
+      std::printf("[1/4] using data set %s\n", data_file.c_str());
     }
     t.resume = resume;
     std::printf("[2/4] training in %s%s\n", t.run_dir.c_str(),
