@@ -45,21 +45,6 @@ std::vector<double> ToVector(const torch::Tensor& t) {
   return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
 }
 
-// uint8 [R, N, S, S, 3] and float [R, A] of the given runs.
-void LoadRuns(const Dataset& data, const std::vector<int64_t>& runs, torch::Tensor* images,
-              torch::Tensor* actions) {
-  const DatasetInfo& info = data.info();
-  const int64_t N = info.frames, S = info.size;
-  *images = torch::empty({int64_t(runs.size()), N, S, S, 3}, torch::kUInt8);
-  *actions = torch::empty({int64_t(runs.size()), info.nu}, torch::kFloat32);
-  for (size_t i = 0; i < runs.size(); ++i) {
-    std::vector<uint8_t> img = data.ReadImages(int(runs[i]));
-    std::memcpy((*images)[int64_t(i)].data_ptr(), img.data(), img.size());
-    std::vector<double> u = data.ReadAction(int(runs[i]));  // [frames, nu], constant
-    for (int a = 0; a < info.nu; ++a) (*actions)[int64_t(i)][a] = float(u[size_t(a)]);
-  }
-}
-
 struct MetricsHistory {
   std::vector<double> step, loss, rec, dyn, bce;
   std::vector<double> epoch, vpt_mean, vpt_std;
@@ -222,9 +207,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
     torch::Tensor first = ImagesToFloat(images[0].slice(0, 0, 3), device);
     torch::Tensor x = model->Encode(first).keypoints.reshape({1, 3, -1});
     DoublePrecisionDynamics fp64(model);
-    torch::Tensor xd = x.to(torch::kFloat64);
-    torch::Tensor x1 = xd.select(1, 1);
-    torch::Tensor v1 = model->ProjectVelocity(x1, (xd.select(1, 2) - xd.select(1, 0)) / (2 * spec.dt));
+    const PhaseState start = InitialStateFromEstimates(model, x);
     std::vector<double> times;
     for (int t = 0; t < options.energy_frames; ++t) times.push_back(t * spec.dt);
     IntegratorOptions io;
@@ -232,8 +215,9 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
     io.atol = cfg.atol;
     io.max_steps = 1000000;
     try {
-      Trajectory traj = model->Rollout(x1, v1, torch::zeros({1, spec.action_dim}, xd.options()),
-                                       times, options.method, io);
+      Trajectory traj =
+          model->Rollout(start.x, start.xdot, torch::zeros({1, spec.action_dim}, start.x.options()),
+                         times, options.method, io);
       torch::Tensor xs = traj.x[0], vs = traj.xdot[0];
       torch::Tensor kinetic = 0.5 * (vs.square() * model->MassDiagonal()).sum(1);
       torch::Tensor potential = model->Potential(xs).reshape({-1});

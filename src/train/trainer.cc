@@ -80,6 +80,20 @@ class RunLock {
 
 }  // namespace
 
+void LoadRuns(const Dataset& data, const std::vector<int64_t>& runs, torch::Tensor* images,
+              torch::Tensor* actions) {
+  const DatasetInfo& info = data.info();
+  const int64_t N = info.frames, S = info.size;
+  *images = torch::empty({int64_t(runs.size()), N, S, S, 3}, torch::kUInt8);
+  *actions = torch::empty({int64_t(runs.size()), info.nu}, torch::kFloat32);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::vector<uint8_t> img = data.ReadImages(int(runs[i]));
+    std::memcpy((*images)[int64_t(i)].data_ptr(), img.data(), img.size());
+    std::vector<double> u = data.ReadAction(int(runs[i]));  // [frames, nu], constant
+    for (int a = 0; a < info.nu; ++a) (*actions)[int64_t(i)][a] = float(u[size_t(a)]);
+  }
+}
+
 torch::Device ResolveDevice(const std::string& name) {
   torch::Device device(torch::kCPU);
   try {
@@ -160,23 +174,11 @@ TrainSummary Train(const TrainOptions& options) {
   torch::optim::Adam adam(std::move(groups), torch::optim::AdamOptions(cfg.lr));
 
   // The training runs in memory (uint8), and the validation subset for the per-epoch VPT.
-  auto load_runs = [&](const std::vector<int64_t>& runs, torch::Tensor* images,
-                       torch::Tensor* actions) {
-    const int64_t N = info.frames, S = info.size;
-    *images = torch::empty({int64_t(runs.size()), N, S, S, 3}, torch::kUInt8);
-    *actions = torch::empty({int64_t(runs.size()), info.nu}, torch::kFloat32);
-    for (size_t i = 0; i < runs.size(); ++i) {
-      auto img = data.ReadImages(int(runs[i]));
-      std::memcpy((*images)[int64_t(i)].data_ptr(), img.data(), img.size());
-      auto u = data.ReadAction(int(runs[i]));
-      for (int a = 0; a < info.nu; ++a) (*actions)[int64_t(i)][a] = float(u[a]);
-    }
-  };
   torch::Tensor train_images, train_actions, val_images, val_actions;
-  load_runs(data.TrainRuns(), &train_images, &train_actions);
+  LoadRuns(data, data.TrainRuns(), &train_images, &train_actions);
   std::vector<int64_t> val_runs = data.ValidationRuns();
   if (cfg.val_runs > 0 && int64_t(val_runs.size()) > cfg.val_runs) val_runs.resize(cfg.val_runs);
-  if (!val_runs.empty()) load_runs(val_runs, &val_images, &val_actions);
+  if (!val_runs.empty()) LoadRuns(data, val_runs, &val_images, &val_actions);
   const int64_t R = train_images.size(0);
 
   std::mt19937_64 rng(cfg.seed ^ 0x6b6579636c64ULL);  // stream "keycld"

@@ -54,14 +54,12 @@ KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& fir
   KeypointPrediction out;
   {
     DoublePrecisionDynamics fp64(model);
-    torch::Tensor xd = x.to(torch::kFloat64);
-    torch::Tensor x1 = xd.select(1, 1);
-    torch::Tensor v1 = (xd.select(1, 2) - xd.select(1, 0)) / (2.0 * spec.dt);
-    v1 = model->ProjectVelocity(x1, v1);
+    const PhaseState start = InitialStateFromEstimates(model, x);
     std::vector<double> times;
     for (int64_t t = 0; t < frames - 1; ++t) times.push_back(double(t) * spec.dt);
     Trajectory traj =
-        model->Rollout(x1, v1, actions.to(device, torch::kFloat64), times, method, options);
+        model->Rollout(start.x, start.xdot, actions.to(device, torch::kFloat64), times, method,
+                       options);
     out.accepted_steps = traj.accepted_steps;
     out.rejected_steps = traj.rejected_steps;
     out.keypoints = torch::cat({x.select(1, 0).unsqueeze(1), traj.x.to(torch::kFloat32)}, 1)
@@ -69,6 +67,16 @@ KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& fir
   }
   if (was_training) model->train();
   return out;
+}
+
+PhaseState InitialStateFromEstimates(KeycldModel& model, const torch::Tensor& x) {
+  if (x.dim() != 3 || x.size(1) != 3 || x.size(2) != 2 * model->spec().num_keypoints) {
+    throw InputError("InitialStateFromEstimates: x must be [R, 3, 2K]");
+  }
+  torch::Tensor xd = x.to(torch::kFloat64);
+  torch::Tensor x1 = xd.select(1, 1);
+  torch::Tensor v1 = (xd.select(1, 2) - xd.select(1, 0)) / (2.0 * model->spec().dt);
+  return {x1, model->ProjectVelocity(x1, v1)};
 }
 
 VptResult VptFromMse(const torch::Tensor& mse, double epsilon) {

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "keycld/data/dataset.h"
 #include "keycld/train/config.h"
 
 namespace keycld {
@@ -46,6 +47,11 @@ struct TrainSummary {
 /// (data set or checkpoint), NumericalError (non-finite loss; the last good checkpoint is kept
 /// and named in the message), Interrupted (Ctrl-C; a checkpoint was saved first).
 TrainSummary Train(const TrainOptions& options);
+
+/// Frames and actions of data-set runs in memory: images uint8 [R, N, H, W, 3], actions float
+/// [R, A] (each run's constant action). Throws InputError for a bad run index.
+void LoadRuns(const Dataset& data, const std::vector<int64_t>& runs, torch::Tensor* images,
+              torch::Tensor* actions);
 
 /// "cpu", "cuda" or "cuda:N" → a device; InputError for another name or when CUDA is asked
 /// for but this LibTorch sees no CUDA device.

@@ -41,6 +41,12 @@ KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& fir
                                     const torch::Tensor& actions, int64_t frames,
                                     IntegratorMethod method, const IntegratorOptions& options);
 
+/// The start state of a prediction from the estimated keypoints of frames 0, 1, 2
+/// (KEYCLD.md §8): x₁ and the central velocity (x₂ − x₀) / (2Δt), projected onto the constraint
+/// tangent space. x [R, 3, 2K] → float64 x₁, ẋ₁ [R, 2K]. Call while a DoublePrecisionDynamics
+/// guard is alive (the projection then runs in float64).
+PhaseState InitialStateFromEstimates(KeycldModel& model, const torch::Tensor& x);
+
 /// VPT of each run from its per-frame MSE [R, N] (float64 on the CPU): the index of the first
 /// frame whose MSE exceeds ε, N − 1 if none (KEYCLD.md §8). Also fills mean, std (population)
 /// and median. Throws InputError for a tensor that is not [R ≥ 1, N ≥ 1].
