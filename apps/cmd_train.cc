@@ -30,7 +30,7 @@ void PrintTrainSummary(const TrainSummary& r) {
 }
 
 struct TrainArgs {
-  std::string data, out, config, device, dynamics;
+  std::string data, out, config, device, model;
   std::optional<int> epochs, hidden, threads;
   std::optional<double> lr;
   std::optional<int64_t> steps, seed;
@@ -41,7 +41,8 @@ struct TrainArgs {
 
 Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
   auto a = std::make_shared<TrainArgs>();
-  auto* cmd = app.add_subcommand("train", "Train KeyCLD on a data set (unsupervised)");
+  auto* cmd = app.add_subcommand(
+      "train", "Train KeyCLD (or the keycld-nc / node2 variants) on a data set (unsupervised)");
   cmd->add_option("--data", a->data, "HDF5 data set (keycld generate)");
   cmd->add_option("--out", a->out, "Run folder (config.toml, checkpoints/, metrics.jsonl)")
       ->required();
@@ -53,7 +54,9 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
   cmd->add_option("--seed", a->seed, "Random seed (≥ 0)");
   cmd->add_option("--threads", a->threads, "LibTorch threads (0 = all cores)");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N");
-  cmd->add_option("--dynamics", a->dynamics, "constrained (KeyCLD) | unconstrained (NC)");
+  cmd->add_option("--model", a->model,
+                  "keycld | keycld-nc (no constraints) | node2 (black-box ODE); default keycld")
+      ->check(CLI::IsMember({"keycld", "keycld-nc", "node2"}));
   cmd->add_flag("--resume", a->resume, "Continue the run in --out from its last checkpoint");
   return [a] {
     TrainOptions t;
@@ -65,7 +68,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
         throw InputError("nothing to resume: '" + saved.string() + "' does not exist");
       }
       t.config = TrainConfig::FromToml(saved);
-      if (!a->config.empty() || a->hidden || a->seed || !a->dynamics.empty() ||
+      if (!a->config.empty() || a->hidden || a->seed || !a->model.empty() ||
           (!a->data.empty() && !(std::filesystem::exists(a->data) &&
                                  std::filesystem::exists(t.config.DataFile()) &&
                                  std::filesystem::equivalent(a->data, t.config.DataFile())))) {
@@ -79,7 +82,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
       if (a->hidden) t.config.hidden = *a->hidden;
       if (a->seed && *a->seed < 0) throw InputError("--seed must be ≥ 0");
       if (a->seed) t.config.seed = uint64_t(*a->seed);
-      if (!a->dynamics.empty()) t.config.dynamics = ParseDynamicsKind(a->dynamics);
+      if (!a->model.empty()) t.config.model = ParseModelKind(a->model);
     }
     if (a->epochs) t.config.epochs = *a->epochs;
     if (a->steps) t.config.max_steps = *a->steps;

@@ -158,9 +158,14 @@ TrainSummary Train(const TrainOptions& options) {
   spec.image_size = info.size;
   spec.sigma = cfg.sigma;
   spec.dt = info.dt;
-  spec.dynamics = cfg.dynamics;
+  spec.model = cfg.model;
   KeycldModel model(spec);
   model->to(device);
+  if (!options.quiet) {
+    std::printf("%s %s on %s\n", options.resume ? "resuming" : "training",
+                DescribeModel(spec).c_str(), data_file.c_str());
+    std::fflush(stdout);
+  }
 
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(model->PerceptionParameters(),
