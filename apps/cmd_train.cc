@@ -4,7 +4,6 @@
 #include <optional>
 
 #include "commands.h"
-#include "keycld/data/generate.h"
 #include "keycld/train/trainer.h"
 #include "keycld/util/error.h"
 
@@ -129,34 +128,12 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       saved.max_steps = t.config.max_steps;
       t.config = saved;
     }
-    const auto data_file = t.config.DataFile();
-    if (t.config.data.empty() &&
-        (t.config.size % 4 != 0 || t.config.frames < t.config.horizon + 2)) {
-      throw InputError("[data] size must be a multiple of 4 and frames ≥ horizon + 2 = " +
-                       std::to_string(t.config.horizon + 2) + " to train on the data set");
-    }
-    if (!std::filesystem::exists(data_file)) {
-      if (!t.config.data.empty() && t.config.env.empty()) {
-        throw IoError("data set not found: '" + data_file.string() + "'");
-      }
-      GenerateOptions g;
-      g.env = ParseEnvName(t.config.env);
-      g.control = ParseControlMode(t.config.control);
-      g.size = t.config.size;
-      g.runs = t.config.runs;
-      g.frames = t.config.frames;
-      g.seed = t.config.data_seed;
-      g.out_dir = data_file.parent_path();
-      g.gl = ParseGlBackend(global->gl);
-      if (DatasetPath(g) != data_file) {
-        throw InputError("[data] file '" + data_file.string() + "' does not exist and is not " +
-                         "the name keycld generate gives ('" + DatasetPath(g).string() + "')");
-      }
-      GenerateResult r = GenerateDataset(g);
-      std::printf("wrote %s in %.1f s (%.0f frames/s)\n", r.path.c_str(), r.seconds,
-                  r.frames_per_second);
+    PreparedDataset data = PrepareDataset(t.config, ParseGlBackend(global->gl));
+    if (data.generated) {
+      std::printf("wrote %s in %.1f s (%.0f frames/s)\n", data.path.c_str(),
+                  data.generation.seconds, data.generation.frames_per_second);
     } else {
-      std::printf("using data set %s\n", data_file.c_str());
+      std::printf("using data set %s\n", data.path.c_str());
     }
     t.resume = resume;
     if (t.resume) std::printf("resuming the run in %s\n", t.run_dir.c_str());

@@ -35,16 +35,6 @@ using json = nlohmann::json;
 
 namespace {
 
-void WriteTextAtomically(const fs::path& file, const std::string& text) {
-  AtomicFile out(file);
-  {
-    std::ofstream f(out.temp_path());
-    f << text;
-    if (!f) throw IoError("cannot write '" + file.string() + "'");
-  }
-  out.Commit();
-}
-
 // Keeps the metrics lines that precede `position` (a resumed run rewrites what follows).
 void TruncateMetrics(const fs::path& file, const TrainPosition& position) {
   if (!fs::exists(file)) return;
@@ -57,7 +47,7 @@ void TruncateMetrics(const fs::path& file, const TrainPosition& position) {
                                               : j.value("epoch", int64_t(0)) < position.epoch;
     if (keep) kept += line + "\n";
   }
-  WriteTextAtomically(file, kept);
+  WriteFileAtomically(file, kept);
 }
 
 std::vector<int64_t> Shuffled(int64_t n, std::mt19937_64& rng) {
@@ -103,6 +93,36 @@ class RunLock {
 };
 
 }  // namespace
+
+PreparedDataset PrepareDataset(const TrainConfig& config, GlBackend gl, bool progress) {
+  PreparedDataset out;
+  out.path = config.DataFile();
+  if (config.data.empty() && (config.size % 4 != 0 || config.frames < config.horizon + 2)) {
+    throw InputError("[data] size must be a multiple of 4 and frames ≥ horizon + 2 = " +
+                     std::to_string(config.horizon + 2) + " to train on the data set");
+  }
+  if (fs::exists(out.path)) return out;
+  if (!config.data.empty() && config.env.empty()) {
+    throw IoError("data set not found: '" + out.path.string() + "'");
+  }
+  GenerateOptions g;
+  g.env = ParseEnvName(config.env);
+  g.control = ParseControlMode(config.control);
+  g.size = config.size;
+  g.runs = config.runs;
+  g.frames = config.frames;
+  g.seed = config.data_seed;
+  g.out_dir = out.path.parent_path().empty() ? fs::path(".") : out.path.parent_path();
+  g.gl = gl;
+  g.progress = progress;
+  if (DatasetPath(g).lexically_normal() != out.path.lexically_normal()) {
+    throw InputError("[data] file '" + out.path.string() + "' does not exist and is not " +
+                     "the name keycld generate gives ('" + DatasetPath(g).string() + "')");
+  }
+  out.generation = GenerateDataset(g);
+  out.generated = true;
+  return out;
+}
 
 TrainSummary Train(const TrainOptions& options) {
   const TrainConfig& cfg = options.config;
@@ -210,12 +230,12 @@ TrainSummary Train(const TrainOptions& options) {
     }
   }
   fs::create_directories(checkpoints);
-  WriteTextAtomically(run / "config.toml", cfg.ToToml());
+  WriteFileAtomically(run / "config.toml", cfg.ToToml());
   const fs::path metrics_file = run / "metrics.jsonl";
   if (options.resume) {
     TruncateMetrics(metrics_file, pos);
   } else {
-    WriteTextAtomically(metrics_file, "");
+    WriteFileAtomically(metrics_file, "");
   }
   std::ofstream metrics(metrics_file, std::ios::app);
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 namespace keycld {
 
@@ -27,5 +28,8 @@ class AtomicFile {
   std::filesystem::path temp_;
   bool committed_ = false;
 };
+
+/// Writes `content` to `file` through an AtomicFile. Throws IoError.
+void WriteFileAtomically(const std::filesystem::path& file, const std::string& content);
 
 }  // namespace keycld
