@@ -3,7 +3,12 @@
 #include <gif_lib.h>
 #include <stb/stb_image_write.h>
 
+#include <algorithm>
+#include <climits>
+#include <memory>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
@@ -23,69 +28,213 @@ void WritePng(const std::filesystem::path& path, std::span<const uint8_t> rgb, i
   file.Commit();
 }
 
-void WriteGif(const std::filesystem::path& path, const std::vector<std::vector<uint8_t>>& frames,
-              int width, int height, int delay_cs) {
-  if (frames.empty()) throw InputError("WriteGif: no frames for '" + path.string() + "'");
-  const size_t n = size_t(width) * height;
-  AtomicFile file(path);
-  int err = 0;
-  GifFileType* gif = EGifOpenFileName(file.temp_path().c_str(), false, &err);
-  if (!gif) throw IoError("cannot open GIF '" + path.string() + "': " + GifErrorString(err));
-  auto fail = [&](const std::string& what) {
-    int close_err = 0;
-    EGifCloseFile(gif, &close_err);
-    throw IoError("cannot write GIF '" + path.string() + "': " + what);
-  };
-  // One global palette: 6x7x6 colour cube (252 colours), nearest colour per pixel.
-  constexpr int kR = 6, kG = 7, kB = 6;
-  ColorMapObject* cmap = GifMakeMapObject(256, nullptr);
-  for (int i = 0; i < 256; ++i) {
-    int r = i / (kG * kB), g = (i / kB) % kG, b = i % kB;
-    if (i >= kR * kG * kB) r = g = b = 0;
-    cmap->Colors[i] = {GifByteType(r * 255 / (kR - 1)), GifByteType(g * 255 / (kG - 1)),
-                       GifByteType(b * 255 / (kB - 1))};
+namespace {
+
+// A 256-colour palette for a whole animation: the 16 most frequent exact colours of a sample of
+// the frames (flat areas: backgrounds, markers, gaps) are kept exactly, the remaining 240 come
+// from giflib's median cut of the sample. `lut` maps 5-bit-per-channel colours to the nearest
+// palette entry.
+struct Palette {
+  std::vector<GifColorType> colors;  // 256
+  std::vector<GifByteType> lut;      // 32768
+};
+
+Palette FitPalette(const std::vector<std::span<const uint8_t>>& frames, size_t pixels) {
+  constexpr size_t kSample = size_t(1) << 18;
+  constexpr int kExact = 16, kColors = 256;
+  const size_t total = pixels * frames.size();
+  const size_t stride = std::max<size_t>(1, total / kSample);
+  std::vector<GifByteType> r, g, b;
+  std::unordered_map<uint32_t, int> counts;
+  for (size_t i = 0; i < total; i += stride) {
+    const uint8_t* p = frames[i / pixels].data() + (i % pixels) * 3;
+    r.push_back(p[0]);
+    g.push_back(p[1]);
+    b.push_back(p[2]);
+    ++counts[(uint32_t(p[0]) << 16) | (uint32_t(p[1]) << 8) | p[2]];
   }
-  EGifSetGifVersion(gif, true);
-  if (EGifPutScreenDesc(gif, width, height, 8, 0, cmap) == GIF_ERROR) {
+  std::vector<std::pair<int, uint32_t>> frequent;
+  for (auto [colour, n] : counts) frequent.emplace_back(-n, colour);
+  std::sort(frequent.begin(), frequent.end());
+  Palette pal;
+  for (int i = 0; i < kExact && i < int(frequent.size()); ++i) {
+    uint32_t c = frequent[i].second;
+    pal.colors.push_back({GifByteType(c >> 16), GifByteType(c >> 8), GifByteType(c)});
+  }
+  if (counts.size() > pal.colors.size()) {
+    int size = kColors - int(pal.colors.size());
+    std::vector<GifByteType> out(r.size());
+    std::vector<GifColorType> cut(size);
+    if (GifQuantizeBuffer(unsigned(r.size()), 1, &size, r.data(), g.data(), b.data(), out.data(),
+                          cut.data()) == GIF_ERROR) {
+      throw IoError("GIF palette: out of memory");
+    }
+    pal.colors.insert(pal.colors.end(), cut.begin(), cut.begin() + size);
+  }
+  const size_t used = pal.colors.size();
+  pal.colors.resize(kColors, GifColorType{0, 0, 0});
+  pal.lut.resize(32768);
+  for (int q = 0; q < 32768; ++q) {
+    const int qr = ((q >> 10) << 3) + 4, qg = (((q >> 5) & 31) << 3) + 4, qb = ((q & 31) << 3) + 4;
+    int best = 0, best_d = INT32_MAX;
+    for (size_t i = 0; i < used; ++i) {
+      const int dr = qr - pal.colors[i].Red, dg = qg - pal.colors[i].Green,
+                db = qb - pal.colors[i].Blue;
+      const int d = dr * dr + dg * dg + db * db;
+      if (d < best_d) best_d = d, best = int(i);
+    }
+    pal.lut[q] = GifByteType(best);
+  }
+  // Colours kept exactly map to themselves even where another entry is nearer to the bin centre.
+  for (int i = 0; i < kExact && i < int(used) && i < int(frequent.size()); ++i) {
+    const GifColorType& c = pal.colors[i];
+    pal.lut[((c.Red >> 3) << 10) | ((c.Green >> 3) << 5) | (c.Blue >> 3)] = GifByteType(i);
+  }
+  return pal;
+}
+
+}  // namespace
+
+struct GifWriter::Impl {
+  std::filesystem::path path;
+  int width = 0, height = 0, delay_cs = 0;
+  Palette palette;
+  std::unique_ptr<AtomicFile> file;
+  GifFileType* gif = nullptr;
+  std::vector<GifByteType> index;
+  int64_t frames = 0;
+
+  [[noreturn]] void Fail(const std::string& what) {
+    Close();
+    throw IoError("cannot write GIF '" + path.string() + "': " + what);
+  }
+  void Close() {
+    if (gif) {
+      int err = 0;
+      EGifCloseFile(gif, &err);
+      gif = nullptr;
+    }
+  }
+};
+
+GifWriter::GifWriter(const std::filesystem::path& path, int width, int height, int delay_cs,
+                     const std::vector<std::span<const uint8_t>>& palette_sample)
+    : impl_(std::make_unique<Impl>()) {
+  if (width < 1 || height < 1 || width > 65535 || height > 65535) {
+    throw InputError("GIF '" + path.string() + "': size " + std::to_string(width) + "x" +
+                     std::to_string(height) + " is outside [1, 65535]");
+  }
+  if (delay_cs < 0 || delay_cs > 65535) {
+    throw InputError("GIF '" + path.string() + "': delay " + std::to_string(delay_cs) +
+                     " cs is outside [0, 65535]");
+  }
+  if (palette_sample.empty()) {
+    throw InputError("GIF '" + path.string() + "': no frames to fit the palette to");
+  }
+  const size_t n = size_t(width) * height;
+  for (size_t i = 0; i < palette_sample.size(); ++i) {
+    if (palette_sample[i].size() != n * 3) {
+      throw InputError("GIF '" + path.string() + "': frame " + std::to_string(i) + " has " +
+                       std::to_string(palette_sample[i].size()) + " bytes, not " +
+                       std::to_string(width) + "x" + std::to_string(height) + "x3");
+    }
+  }
+  Impl& m = *impl_;
+  m.path = path;
+  m.width = width;
+  m.height = height;
+  m.delay_cs = delay_cs;
+  m.palette = FitPalette(palette_sample, n);
+  m.index.resize(n);
+  m.file = std::make_unique<AtomicFile>(path);
+  int err = 0;
+  m.gif = EGifOpenFileName(m.file->temp_path().c_str(), false, &err);
+  if (!m.gif) throw IoError("cannot open GIF '" + path.string() + "': " + GifErrorString(err));
+  ColorMapObject* cmap = GifMakeMapObject(256, m.palette.colors.data());
+  if (!cmap) m.Fail("palette");
+  EGifSetGifVersion(m.gif, true);
+  if (EGifPutScreenDesc(m.gif, width, height, 8, 0, cmap) == GIF_ERROR) {
     GifFreeMapObject(cmap);
-    fail("screen descriptor");
+    m.Fail("screen descriptor");
   }
   GifFreeMapObject(cmap);
   // Netscape loop extension: loop forever.
   const GifByteType netscape[] = {'N', 'E', 'T', 'S', 'C', 'A', 'P', 'E', '2', '.', '0'};
   const GifByteType loop[] = {1, 0, 0};
-  if (EGifPutExtensionLeader(gif, APPLICATION_EXT_FUNC_CODE) == GIF_ERROR ||
-      EGifPutExtensionBlock(gif, sizeof netscape, netscape) == GIF_ERROR ||
-      EGifPutExtensionBlock(gif, sizeof loop, loop) == GIF_ERROR ||
-      EGifPutExtensionTrailer(gif) == GIF_ERROR) {
-    fail("loop extension");
+  if (EGifPutExtensionLeader(m.gif, APPLICATION_EXT_FUNC_CODE) == GIF_ERROR ||
+      EGifPutExtensionBlock(m.gif, sizeof netscape, netscape) == GIF_ERROR ||
+      EGifPutExtensionBlock(m.gif, sizeof loop, loop) == GIF_ERROR ||
+      EGifPutExtensionTrailer(m.gif) == GIF_ERROR) {
+    m.Fail("loop extension");
   }
-  std::vector<GifByteType> index(n);
-  for (const auto& frame : frames) {
-    if (frame.size() != n * 3) fail("a frame is not " + std::to_string(width) + "x" +
-                                    std::to_string(height) + "x3");
-    GraphicsControlBlock gcb{};
-    gcb.DisposalMode = DISPOSAL_UNSPECIFIED;
-    gcb.DelayTime = delay_cs;
-    gcb.TransparentColor = NO_TRANSPARENT_COLOR;
-    GifByteType ext[4];
-    EGifGCBToExtension(&gcb, ext);
-    if (EGifPutExtension(gif, GRAPHICS_EXT_FUNC_CODE, 4, ext) == GIF_ERROR) fail("frame delay");
-    for (size_t p = 0; p < n; ++p) {
-      int r = (frame[3 * p] * (kR - 1) + 127) / 255;
-      int g = (frame[3 * p + 1] * (kG - 1) + 127) / 255;
-      int b = (frame[3 * p + 2] * (kB - 1) + 127) / 255;
-      index[p] = GifByteType((r * kG + g) * kB + b);
+}
+
+GifWriter::~GifWriter() {
+  if (impl_) impl_->Close();  // without Finish(): the temporary file is removed
+}
+
+int64_t GifWriter::frames() const { return impl_->frames; }
+
+void GifWriter::Add(std::span<const uint8_t> frame) {
+  Impl& m = *impl_;
+  if (!m.gif) throw InputError("GIF '" + m.path.string() + "': Add after Finish");
+  const size_t n = m.index.size();
+  if (frame.size() != n * 3) {
+    throw InputError("GIF '" + m.path.string() + "': a frame of " + std::to_string(frame.size()) +
+                     " bytes is not " + std::to_string(m.width) + "x" + std::to_string(m.height) +
+                     "x3");
+  }
+  GraphicsControlBlock gcb{};
+  gcb.DisposalMode = DISPOSAL_UNSPECIFIED;
+  gcb.DelayTime = m.delay_cs;
+  gcb.TransparentColor = NO_TRANSPARENT_COLOR;
+  GifByteType ext[4];
+  EGifGCBToExtension(&gcb, ext);
+  if (EGifPutExtension(m.gif, GRAPHICS_EXT_FUNC_CODE, 4, ext) == GIF_ERROR) m.Fail("frame delay");
+  for (size_t p = 0; p < n; ++p) {
+    m.index[p] = m.palette.lut[((frame[3 * p] >> 3) << 10) | ((frame[3 * p + 1] >> 3) << 5) |
+                               (frame[3 * p + 2] >> 3)];
+  }
+  if (EGifPutImageDesc(m.gif, 0, 0, m.width, m.height, false, nullptr) == GIF_ERROR) {
+    m.Fail("image");
+  }
+  for (int y = 0; y < m.height; ++y) {
+    if (EGifPutLine(m.gif, m.index.data() + size_t(y) * m.width, m.width) == GIF_ERROR) {
+      m.Fail("pixels");
     }
-    if (EGifPutImageDesc(gif, 0, 0, width, height, false, nullptr) == GIF_ERROR) fail("image");
-    for (int y = 0; y < height; ++y) {
-      if (EGifPutLine(gif, index.data() + size_t(y) * width, width) == GIF_ERROR) fail("pixels");
-    }
   }
-  if (EGifCloseFile(gif, &err) == GIF_ERROR) {
-    throw IoError("cannot finish GIF '" + path.string() + "': " + GifErrorString(err));
+  ++m.frames;
+}
+
+void GifWriter::Finish() {
+  Impl& m = *impl_;
+  if (!m.gif) throw InputError("GIF '" + m.path.string() + "': Finish called twice");
+  if (m.frames == 0) {
+    m.Close();
+    throw InputError("GIF '" + m.path.string() + "': no frames");
   }
-  file.Commit();
+  int err = 0;
+  int rc = EGifCloseFile(m.gif, &err);
+  m.gif = nullptr;
+  if (rc == GIF_ERROR) {
+    throw IoError("cannot finish GIF '" + m.path.string() + "': " + GifErrorString(err));
+  }
+  m.file->Commit();
+}
+
+void WriteGif(const std::filesystem::path& path, const std::vector<std::vector<uint8_t>>& frames,
+              int width, int height, int delay_cs) {
+  std::vector<std::span<const uint8_t>> views(frames.begin(), frames.end());
+  WriteGif(path, views, width, height, delay_cs);
+}
+
+void WriteGif(const std::filesystem::path& path,
+              const std::vector<std::span<const uint8_t>>& frames, int width, int height,
+              int delay_cs) {
+  if (frames.empty()) throw InputError("WriteGif: no frames for '" + path.string() + "'");
+  GifWriter writer(path, width, height, delay_cs, frames);  // validates every frame
+  for (const auto& frame : frames) writer.Add(frame);
+  writer.Finish();
 }
 
 }  // namespace keycld

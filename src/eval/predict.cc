@@ -1,0 +1,358 @@
+#include "keycld/eval/predict.h"
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include "keycld/eval/plot.h"
+#include "keycld/eval/video.h"
+#include "keycld/sim/environment.h"
+#include "keycld/sim/offscreen_renderer.h"
+#include "keycld/train/checkpoint.h"
+#include "keycld/train/config.h"
+#include "keycld/train/vpt.h"
+#include "keycld/util/atomic_file.h"
+#include "keycld/util/error.h"
+#include "keycld/util/image_io.h"
+#include "keycld/util/interrupt.h"
+#include "keycld/util/progress.h"
+
+namespace keycld {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kMaxFrames = 100000;
+constexpr int64_t kChunk = 64;  // frames encoded / rendered at once
+constexpr Rgb kWhite = {255, 255, 255}, kValid = {40, 170, 60}, kInvalid = {215, 40, 40},
+              kPending = {225, 225, 225};
+
+torch::Device ResolveDevice(const std::string& name) {
+  torch::Device device(torch::kCPU);
+  try {
+    device = torch::Device(name);
+  } catch (const c10::Error&) {
+    throw InputError("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
+  }
+  if (device.is_cuda() && !torch::cuda::is_available()) {
+    throw InputError("device '" + name + "' requested, but this LibTorch sees no CUDA device");
+  }
+  return device;
+}
+
+void CheckInterrupt() {
+  if (InterruptRequested()) throw Interrupted("interrupted; no prediction files were written");
+}
+
+std::string Describe(EnvName env, int size, int nu, double dt) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s at %dx%d px, %d actuator%s, dt %g s",
+                EnvNameString(env).c_str(), size, size, nu, nu == 1 ? "" : "s", dt);
+  return buf;
+}
+
+// The data set named by the run's config: relative to the working directory, or else to the
+// folder above runs/ (where `keycld run` keeps data/ next to runs/).
+fs::path FindDataSet(const PredictOptions& o, const fs::path& config_file, TrainConfig* config) {
+  if (!o.data.empty()) {
+    if (!fs::exists(o.data)) throw IoError("data set not found: '" + o.data.string() + "'");
+    return o.data;
+  }
+  if (!fs::exists(config_file)) {
+    throw InputError("'" + config_file.string() +
+                     "' does not exist, so the run names no data set: pass --data FILE");
+  }
+  const fs::path named = config->DataFile();
+  if (fs::exists(named)) return named;
+  const fs::path beside = fs::absolute(o.run_dir).parent_path().parent_path() / named;
+  if (named.is_relative() && fs::exists(beside)) return beside;
+  throw IoError("data set '" + named.string() + "' named by '" + config_file.string() +
+                "' not found: pass --data FILE");
+}
+
+// uint8 [count, H, W, 3] → float [count, 3, H, W] in [0, 1] on `device`.
+torch::Tensor FramesToFloat(const std::vector<uint8_t>& frames, int64_t start, int64_t count,
+                            int size, const torch::Device& device) {
+  const int64_t frame_bytes = int64_t(size) * size * 3;
+  torch::Tensor u8 = torch::from_blob(const_cast<uint8_t*>(frames.data()) + start * frame_bytes,
+                                      {count, size, size, 3}, torch::kUInt8);
+  return ImagesToFloat(u8, device);
+}
+
+void WriteCsv(const fs::path& path, const PredictionOutput& r, const torch::Tensor& predicted,
+              const torch::Tensor& estimated) {
+  const int64_t F = predicted.size(0), K = predicted.size(1);
+  auto p = predicted.accessor<float, 3>();
+  auto e = estimated.accessor<float, 3>();
+  AtomicFile file(path);
+  {
+    std::ofstream out(file.temp_path());
+    out << "frame,time_s";
+    for (int64_t k = 0; k < K; ++k) out << ",pred_x" << k << ",pred_y" << k;
+    for (int64_t k = 0; k < K; ++k) out << ",est_x" << k << ",est_y" << k;
+    out << ",mse,valid\n";
+    char buf[64];
+    for (int64_t t = 0; t < F; ++t) {
+      std::snprintf(buf, sizeof buf, "%lld,%.6f", static_cast<long long>(t), (t + 1) * r.dt);
+      out << buf;
+      for (int64_t k = 0; k < K; ++k) {
+        std::snprintf(buf, sizeof buf, ",%.6f,%.6f", p[t][k][0], p[t][k][1]);
+        out << buf;
+      }
+      for (int64_t k = 0; k < K; ++k) {
+        std::snprintf(buf, sizeof buf, ",%.6f,%.6f", e[t][k][0], e[t][k][1]);
+        out << buf;
+      }
+      std::snprintf(buf, sizeof buf, ",%.6e,%d\n", r.mse[t], r.mse[t] <= r.epsilon ? 1 : 0);
+      out << buf;
+    }
+    out.flush();
+    if (!out) throw IoError("cannot write '" + path.string() + "'");
+  }
+  file.Commit();
+}
+
+void WriteMsePlot(const fs::path& path, const PredictionOutput& r, const std::string& setting,
+                  int index) {
+  PlotSeries mse{"prediction MSE", {}, {}, {}};
+  double lo = r.epsilon, hi = r.epsilon;
+  for (size_t t = 0; t < r.mse.size(); ++t) {
+    // A log axis: exact frames (MSE 0) sit at the bottom.
+    const double v = std::isfinite(r.mse[t]) ? std::max(r.mse[t], 1e-12) : 1e3;
+    mse.x.push_back(double(t));
+    mse.y.push_back(v);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  char label[96];
+  std::snprintf(label, sizeof label, "VPT %d frames (%.2f s)", r.vpt, r.vpt * r.dt);
+  PlotSeries vpt{label, {double(r.vpt), double(r.vpt)}, {lo, hi}, {}};
+  PlotOptions o;
+  char title[200];
+  std::snprintf(title, sizeof title,
+                "%s, validation run %d (data set run %d): MSE per frame, eps = %.3g (dashed)",
+                setting.c_str(), index, r.dataset_run, r.epsilon);
+  o.title = title;
+  o.x_label = "frame (dt = " + std::to_string(r.dt).substr(0, 6) + " s)";
+  o.y_label = "per-pixel MSE";
+  o.log_y = true;
+  o.h_lines = {r.epsilon};
+  WriteLinePlot(path, {mse, vpt}, o);
+}
+
+}  // namespace
+
+std::vector<uint8_t> ResimulateFrames(const Dataset& data, int run, int from_frame, int count,
+                                      GlBackend gl) {
+  const DatasetInfo& info = data.info();
+  if (run < 0 || run >= info.runs) {
+    throw InputError("ResimulateFrames: run " + std::to_string(run) + " is outside [0, " +
+                     std::to_string(info.runs) + ")");
+  }
+  if (from_frame < 0 || from_frame >= info.frames) {
+    throw InputError("ResimulateFrames: frame " + std::to_string(from_frame) + " is outside [0, " +
+                     std::to_string(info.frames) + ")");
+  }
+  if (count < 0) throw InputError("ResimulateFrames: count must be ≥ 0");
+  if (count == 0) return {};
+  const std::vector<double> qpos = data.ReadQpos(run), qvel = data.ReadQvel(run),
+                            action = data.ReadAction(run);
+  Environment env(info.env);
+  if (env.nq() != info.nq || env.nv() != info.nv || env.nu() != info.nu) {
+    throw FormatError("'" + data.path().string() + "': nq/nv/nu do not match the " +
+                      EnvNameString(info.env) + " model");
+  }
+  env.Reset(std::span(qpos.data() + size_t(from_frame) * info.nq, size_t(info.nq)),
+            std::span(qvel.data() + size_t(from_frame) * info.nv, size_t(info.nv)));
+  env.SetAction(std::span(action.data() + size_t(from_frame) * info.nu, size_t(info.nu)));
+  auto context = GlContext::Create(gl);
+  OffscreenRenderer renderer(env, *context, info.size);
+  const size_t frame_bytes = size_t(info.size) * info.size * 3;
+  std::vector<uint8_t> frames(frame_bytes * count);
+  for (int i = 0; i < count; ++i) {
+    env.Step();  // frame t is the state after t + 1 steps (KEYCLD.md §7)
+    renderer.Render(env, std::span(frames.data() + frame_bytes * i, frame_bytes));
+  }
+  return frames;
+}
+
+PredictionOutput WritePrediction(const PredictOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  if (o.frames < 3 || o.frames > kMaxFrames) {
+    throw InputError("--frames must be in [3, " + std::to_string(kMaxFrames) +
+                     "] (the prediction starts from three frames), got " +
+                     std::to_string(o.frames));
+  }
+  if (o.scale < 1 || o.scale > 16) {
+    throw InputError("--scale must be in [1, 16], got " + std::to_string(o.scale));
+  }
+  if (o.run < 0) throw InputError("--run must be ≥ 0, got " + std::to_string(o.run));
+  if (o.threads < 0 || o.threads > 1024) {
+    throw InputError("--threads must be in [0, 1024] (0 = every core), got " +
+                     std::to_string(o.threads));
+  }
+  if (o.run_dir.empty()) throw InputError("no run folder given");
+  if (!fs::is_directory(o.run_dir)) {
+    throw InputError("run folder '" + o.run_dir.string() + "' does not exist");
+  }
+  const fs::path checkpoint =
+      o.checkpoint.empty() ? o.run_dir / "checkpoints" / "last.pt" : o.checkpoint;
+  if (!fs::exists(checkpoint)) {
+    throw InputError("no checkpoint in '" + o.run_dir.string() + "': '" + checkpoint.string() +
+                     "' does not exist (train the run first)");
+  }
+  const fs::path config_file = o.run_dir / "config.toml";
+  TrainConfig config;
+  if (fs::exists(config_file)) config = TrainConfig::FromToml(config_file);
+  const fs::path data_file = FindDataSet(o, config_file, &config);
+
+  InterruptGuard interrupt_guard;
+  torch::set_num_threads(o.threads > 0 ? o.threads
+                                       : int(std::max(1u, std::thread::hardware_concurrency())));
+  const torch::Device device = ResolveDevice(o.device);
+  KeycldModel model = LoadModel(checkpoint, device);
+  model->eval();
+  const ModelSpec& spec = model->spec();
+  Dataset data = Dataset::Open(data_file);
+  const DatasetInfo& info = data.info();
+  if (info.env != spec.env || info.size != spec.image_size || info.nu != spec.action_dim ||
+      std::abs(info.dt - spec.dt) > 1e-9 * std::max(1.0, spec.dt)) {
+    throw InputError("data set '" + data_file.string() + "' is " +
+                     Describe(info.env, info.size, info.nu, info.dt) + ", but the model '" +
+                     checkpoint.string() + "' is for " +
+                     Describe(spec.env, spec.image_size, spec.action_dim, spec.dt));
+  }
+  const std::vector<int64_t> validation = data.ValidationRuns();
+  if (o.run >= int(validation.size())) {
+    throw InputError(
+        "--run " + std::to_string(o.run) + " is out of range: '" + data_file.string() + "' has " +
+        std::to_string(validation.size()) + " validation runs" +
+        (validation.empty() ? "" : " (0 to " + std::to_string(validation.size() - 1) + ")"));
+  }
+
+  PredictionOutput r;
+  r.model = DescribeModel(spec);
+  r.dataset_run = int(validation[o.run]);
+  r.frames = o.frames;
+  r.dt = info.dt;
+  r.epsilon = info.vpt_epsilon;
+  const int F = o.frames, N = info.frames, S = info.size, K = spec.num_keypoints;
+  r.stored_frames = std::min(F, N);
+  r.simulated_frames = F - r.stored_frames;
+  const size_t frame_bytes = size_t(S) * S * 3;
+
+  // Ground truth: the stored frames, then the same simulator beyond them.
+  std::vector<uint8_t> truth = data.ReadImages(r.dataset_run);
+  truth.resize(frame_bytes * r.stored_frames);
+  if (r.simulated_frames > 0) {
+    std::vector<uint8_t> more =
+        ResimulateFrames(data, r.dataset_run, N - 1, r.simulated_frames, o.gl);
+    truth.insert(truth.end(), more.begin(), more.end());
+  }
+  CheckInterrupt();
+
+  // Prediction from the first three frames (KEYCLD.md §8).
+  const std::vector<double> action = data.ReadAction(r.dataset_run);
+  torch::Tensor actions =
+      torch::tensor(std::vector<double>(action.begin(), action.begin() + info.nu))
+          .to(torch::kFloat32)
+          .reshape({1, info.nu});
+  torch::Tensor first3 = torch::from_blob(truth.data(), {1, 3, S, S, 3}, torch::kUInt8).clone();
+  IntegratorOptions io;
+  io.rtol = config.rtol;
+  io.atol = config.atol;
+  io.max_steps = std::max<int64_t>(io.max_steps, int64_t(F) * 2000);
+  KeypointPrediction prediction =
+      PredictKeypoints(model, first3, actions, F, IntegratorMethod::kDopri5, io);
+  r.accepted_steps = prediction.accepted_steps;
+  r.rejected_steps = prediction.rejected_steps;
+  torch::Tensor predicted = prediction.keypoints[0].to(torch::kCPU).contiguous();  // [F, K, 2]
+  CheckInterrupt();
+
+  // Render the prediction, read the truth with the estimator, score every frame.
+  ProgressBar bar("predict", 2 * int64_t(F), "frames", o.progress && ::isatty(2));
+  std::vector<torch::Tensor> rendered_chunks, heatmap_chunks, estimate_chunks, mse_chunks;
+  {
+    torch::NoGradGuard no_grad;
+    for (int64_t s = 0; s < F; s += kChunk) {
+      const int64_t n = std::min<int64_t>(kChunk, F - s);
+      torch::Tensor images = FramesToFloat(truth, s, n, S, device);
+      torch::Tensor rendered = model->Render(predicted.slice(0, s, s + n).to(device));
+      Encoding enc = model->Encode(images);
+      mse_chunks.push_back((rendered - images).square().mean({1, 2, 3}).to(torch::kCPU));
+      rendered_chunks.push_back(rendered.to(torch::kCPU));
+      heatmap_chunks.push_back(enc.heatmaps.to(torch::kCPU));
+      estimate_chunks.push_back(enc.keypoints.to(torch::kCPU, torch::kFloat32));
+      bar.Update(s + n);
+      CheckInterrupt();
+    }
+  }
+  torch::Tensor rendered = torch::cat(rendered_chunks);                // [F, 3, S, S]
+  torch::Tensor heatmaps = torch::cat(heatmap_chunks);                 // [F, K, S, S]
+  torch::Tensor estimated = torch::cat(estimate_chunks).contiguous();  // [F, K, 2]
+  torch::Tensor mse = torch::cat(mse_chunks).to(torch::kFloat64).reshape({1, F});
+  VptResult vpt = VptFromMse(mse, r.epsilon);
+  r.vpt = vpt.vpt[0];
+  r.mse.assign(vpt.mse.data_ptr<double>(), vpt.mse.data_ptr<double>() + F);
+
+  // The video: panels side by side and a timeline of valid frames.
+  const int s = o.scale, gap = 2 * s, strip = std::max(3, s);
+  auto est = estimated.accessor<float, 3>();
+  auto pred = predicted.accessor<float, 3>();
+  auto compose = [&](int t) {
+    Canvas gt = Canvas::FromPixels(std::vector<uint8_t>(truth.begin() + frame_bytes * t,
+                                                        truth.begin() + frame_bytes * (t + 1)),
+                                   S, S);
+    Canvas out = Canvas::FromTensor(rendered[t]);
+    Canvas error = ErrorImage(gt, out).Upscaled(s);
+    Canvas heat = ColorizeHeatmaps(heatmaps[t]).Upscaled(s);
+    Canvas frame = out.Upscaled(s);
+    for (int k = 0; k < K; ++k) {
+      heat.DrawCross(est[t][k][0], est[t][k][1], 1.5 * s, std::max(1.0, s / 2.0), kWhite);
+      frame.FillDisc(pred[t][k][0], pred[t][k][1], 0.9 * s + 0.5, KeypointColor(k));
+    }
+    Canvas panels = HStack({gt.Upscaled(s), heat, frame, error}, gap, kWhite);
+    Canvas canvas(panels.width(), panels.height() + s + strip, kWhite);
+    canvas.Blit(panels, 0, 0);
+    for (int x = 0; x < canvas.width(); ++x) {
+      const int f = int(int64_t(x) * F / canvas.width());
+      const Rgb c = f > t ? kPending : (r.mse[f] <= r.epsilon ? kValid : kInvalid);
+      canvas.FillRect(x, panels.height() + s, x + 1, canvas.height(), c);
+    }
+    return canvas;
+  };
+  const fs::path out_dir = o.out_dir.empty() ? o.run_dir / "report" : o.out_dir;
+  const std::string stem = "predict-run" + std::to_string(o.run);
+  r.gif = out_dir / (stem + ".gif");
+  r.csv = out_dir / (stem + ".csv");
+  r.mse_plot = out_dir / (stem + "-mse.png");
+  {
+    std::vector<Canvas> sample;
+    for (int i = 0; i < 16; ++i) sample.push_back(compose(int(int64_t(i) * (F - 1) / 15)));
+    std::vector<std::span<const uint8_t>> views;
+    for (const Canvas& c : sample) views.emplace_back(c.pixels());
+    const int delay = std::max(2, int(std::lround(100 * info.dt)));
+    GifWriter gif(r.gif, sample[0].width(), sample[0].height(), delay, views);
+    for (int t = 0; t < F; ++t) {
+      gif.Add(compose(t).pixels());
+      bar.Update(int64_t(F) + t + 1);
+      CheckInterrupt();
+    }
+    gif.Finish();
+  }
+  bar.Finish();
+  WriteCsv(r.csv, r, predicted, estimated);
+  WriteMsePlot(r.mse_plot, r, EnvNameString(info.env) + "-" + ControlModeString(info.control),
+               o.run);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+}  // namespace keycld
