@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "keycld/eval/plot.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/trainer.h"
 #include "keycld/train/vpt.h"
@@ -188,6 +189,53 @@ std::string Fixed(double v, int digits) {
 }
 
 }  // namespace
+
+void WriteResultsChart(const fs::path& png, const std::vector<BenchmarkRow>& rows,
+                       const std::string& title) {
+  std::vector<std::pair<EnvName, ControlMode>> settings;
+  std::vector<ModelKind> models;
+  for (const BenchmarkRow& r : rows) {
+    auto key = std::make_pair(r.env, r.control);
+    if (std::find(settings.begin(), settings.end(), key) == settings.end()) {
+      settings.push_back(key);
+    }
+    if (std::find(models.begin(), models.end(), r.model) == models.end()) {
+      models.push_back(r.model);
+    }
+  }
+  if (rows.empty()) throw InputError("WriteResultsChart: no rows");
+  std::vector<std::string> categories;
+  for (auto [env, control] : settings) {
+    categories.push_back(EnvNameString(env) + " " + ControlModeString(control));
+  }
+  std::vector<PlotSeries> series;
+  double top = 1;
+  for (ModelKind m : models) {
+    PlotSeries s;
+    s.label = ModelKindName(m);
+    for (size_t c = 0; c < settings.size(); ++c) {
+      double mean = 0, std = 0;
+      for (const BenchmarkRow& r : rows) {
+        if (r.model == m && r.env == settings[c].first && r.control == settings[c].second) {
+          mean = r.vpt_mean;
+          std = r.vpt_std;
+        }
+      }
+      s.x.push_back(double(c));
+      s.y.push_back(mean);
+      s.y_err.push_back(std);
+      top = std::max(top, mean + std);
+    }
+    series.push_back(std::move(s));
+  }
+  PlotOptions o;
+  o.title = title;
+  o.x_label = "setting";
+  o.y_label = "VPT (frames), mean ± std";
+  o.y_min = 0.0;
+  o.y_max = 1.1 * top;
+  WriteBarChart(png, categories, series, o);
+}
 
 fs::path ResolvePresetFolder(const std::string& preset) {
   if (preset.empty()) throw InputError("--preset must not be empty");
@@ -560,6 +608,9 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
   result.csv = out / "results.csv";
   result.markdown = out / "results.md";
   WriteFileAtomically(result.csv, ResultsCsv(result.rows));
+  result.png = out / "results.png";
+  WriteResultsChart(result.png, result.rows,
+                    "Valid prediction time, preset " + presets.filename().string());
   result.seconds = Seconds(start);
   WriteFileAtomically(result.markdown, ResultsMarkdown(options, result));
   return result;

@@ -114,6 +114,11 @@ std::string ResultsCsv(const std::vector<BenchmarkRow>& rows);
 /// bold), the detailed rows, the notes and the wall time.
 std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResult& result);
 
+/// results.png: grouped bars of VPT mean with ± std error bars, one group per setting and one
+/// bar per model (eval/plot.h). Throws InputError for no rows, IoError.
+void WriteResultsChart(const std::filesystem::path& png, const std::vector<BenchmarkRow>& rows,
+                       const std::string& title);
+
 /// Runs the benchmark: for every valid (env, control) of the options (pendulum has no "under":
 /// skipped with a note), reads the preset, prepares its data set (generating it if missing),
 /// then trains and evaluates every (model, seed) cell that is not finished, and writes
