@@ -72,9 +72,9 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
     o.threads = a->threads;
     o.device = a->device;
     o.gl = ParseGlBackend(global->gl);
-    o.command = "keycld benchmark --envs " + Join(a->envs) + " --controls " +
-                Join(a->controls) + " --models " + Join(a->models) + " --preset " + a->preset +
-                " --seeds " + std::to_string(a->seeds) +
+    o.command = "keycld benchmark --envs " + Join(a->envs) + " --controls " + Join(a->controls) +
+                " --models " + Join(a->models) + " --preset " + a->preset + " --seeds " +
+                std::to_string(a->seeds) +
                 (a->epochs > 0 ? " --epochs " + std::to_string(a->epochs) : "");
     BenchmarkResult r = RunBenchmark(o);
     std::printf("\n");

@@ -173,8 +173,7 @@ TEST(Benchmark, CommandWritesTheTableSkipsFinishedCellsAndResumes) {
   EXPECT_EQ(cell["vpt"], std::vector<int>{expected}) << "mse " << json(mse) << " eps " << epsilon;
   EXPECT_DOUBLE_EQ(cell["vpt_epsilon"].get<double>(), epsilon);
   csv = Lines(ReadText(root / "results.csv"));
-  EXPECT_EQ(csv[2].rfind("pendulum,none,node2,1,1," + std::to_string(expected) + ".0000,", 0),
-            0u)
+  EXPECT_EQ(csv[2].rfind("pendulum,none,node2,1,1," + std::to_string(expected) + ".0000,", 0), 0u)
       << csv[2];
   // A third run recomputes nothing.
   ASSERT_EQ(testing::RunCli(args, &out, dir.path()), 0) << out;
@@ -198,12 +197,11 @@ TEST(Benchmark, CommandWritesTheTableSkipsFinishedCellsAndResumes) {
   EXPECT_EQ(testing::RunCli(args, &out, dir.path()), 1) << out;
   EXPECT_NE(out.find("another configuration"), std::string::npos) << out;
   EXPECT_EQ(testing::RunCli("benchmark --preset nowhere", &out, dir.path()), 1) << out;
-  EXPECT_EQ(testing::RunCli("benchmark --preset tiny --envs pendulum --controls under", &out,
-                            dir.path()),
-            1)
+  EXPECT_EQ(
+      testing::RunCli("benchmark --preset tiny --envs pendulum --controls under", &out, dir.path()),
+      1)
       << out;
-  EXPECT_EQ(testing::RunCli("benchmark --preset tiny --models node3", &out, dir.path()), 2)
-      << out;
+  EXPECT_EQ(testing::RunCli("benchmark --preset tiny --models node3", &out, dir.path()), 2) << out;
 }
 
 }  // namespace
@@ -246,9 +244,9 @@ TEST(Benchmark, ValidationVptScoresDivergingRunsWithTheFallback) {
   EXPECT_EQ(bad.fallback_runs, 2);
   std::vector<int> expected;
   for (int64_t run : data.ValidationRuns()) {
-    auto images = torch::from_blob(data.ReadImages(int(run)).data(), {1, 8, 16, 16, 3},
-                                   torch::kUInt8)
-                      .clone();
+    auto images =
+        torch::from_blob(data.ReadImages(int(run)).data(), {1, 8, 16, 16, 3}, torch::kUInt8)
+            .clone();
     IntegratorOptions io;
     io.substeps = 10;
     io.check_finite = false;

@@ -162,8 +162,8 @@ TEST(Variants, KeycldAddsOnlyConstraintForcesAndKeepsTheConstraints) {
   EXPECT_GT(residual(a_nc), 1e-2);  // the unconstrained model does not keep Φ
   // M (ẍ_keycld − ẍ_nc) = −Dᵀ λ lies in the span of the constraint gradients.
   torch::Tensor mass = kc->MassDiagonal();
-  torch::Tensor r = (a_kc - a_nc) * mass;                        // [B, 4]
-  torch::Tensor Dt = D.transpose(1, 2);                          // [B, 4, 2]
+  torch::Tensor r = (a_kc - a_nc) * mass;  // [B, 4]
+  torch::Tensor Dt = D.transpose(1, 2);    // [B, 4, 2]
   torch::Tensor lambda = torch::linalg_solve(D.bmm(Dt), D.bmm(r.unsqueeze(2)));
   torch::Tensor off_span = r - Dt.bmm(lambda).squeeze(2);
   EXPECT_GT(r.abs().max().item<double>(), 1e-2);
@@ -252,8 +252,7 @@ TEST(Variants, EveryVariantRollsOutInFloat64WithDormandPrince) {
   for (ModelKind kind : kAllModelKinds) {
     KeycldModel model(Spec(kind, EnvName::kPendulum));
     PerturbDynamics(model, 10, 0.3);
-    torch::Tensor x0 = torch::tensor({{0.5 * std::sin(1.0), 0.5 * std::cos(1.0)}},
-                                     torch::kFloat64);
+    torch::Tensor x0 = torch::tensor({{0.5 * std::sin(1.0), 0.5 * std::cos(1.0)}}, torch::kFloat64);
     torch::Tensor v0 = torch::tensor({{0.4 * std::cos(1.0), -0.4 * std::sin(1.0)}},
                                      torch::kFloat64);  // tangent to the circle
     torch::Tensor u = torch::tensor({0.7}, torch::kFloat64);
@@ -439,14 +438,14 @@ TEST(Variants, TrainCommandTakesTheModel) {
       << out;
   EXPECT_NE(out.find("node2 (black-box second-order ODE)"), std::string::npos) << out;
   EXPECT_EQ(ReadCheckpointSpec(dir / "run/checkpoints/last.pt").model, ModelKind::kNode2);
-  EXPECT_EQ(testing::RunCli("train --data " + data.string() + " --out " +
-                                (dir / "other").string() + " --model node3",
+  EXPECT_EQ(testing::RunCli("train --data " + data.string() + " --out " + (dir / "other").string() +
+                                " --model node3",
                             &out),
             2)
       << out;
-  EXPECT_EQ(testing::RunCli("train --out " + (dir / "run").string() + " --resume --model keycld",
-                            &out),
-            1)
+  EXPECT_EQ(
+      testing::RunCli("train --out " + (dir / "run").string() + " --resume --model keycld", &out),
+      1)
       << out;
 }
 

@@ -1,7 +1,5 @@
 #include "keycld/eval/benchmark.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -61,8 +60,8 @@ std::string SettingName(EnvName env, ControlMode control) {
 }
 
 // Validation images uint8 [R, N, H, W, 3] and actions float [R, A] of runs [begin, end).
-void LoadValidation(const Dataset& data, const std::vector<int64_t>& runs, size_t begin,
-                    size_t end, torch::Tensor* images, torch::Tensor* actions) {
+void LoadValidation(const Dataset& data, const std::vector<int64_t>& runs, size_t begin, size_t end,
+                    torch::Tensor* images, torch::Tensor* actions) {
   const DatasetInfo& info = data.info();
   const int64_t R = int64_t(end - begin), N = info.frames, S = info.size;
   *images = torch::empty({R, N, S, S, 3}, torch::kUInt8);
@@ -84,11 +83,11 @@ int FallbackVpt(KeycldModel& model, const torch::Tensor& images, const torch::Te
     io.substeps = 10;
     io.check_finite = false;
     const int64_t N = images.size(1);
-    KeypointPrediction p = PredictKeypoints(model, images.slice(1, 0, 3), actions, N,
-                                            IntegratorMethod::kRk4, io);
+    KeypointPrediction p =
+        PredictKeypoints(model, images.slice(1, 0, 3), actions, N, IntegratorMethod::kRk4, io);
     torch::Tensor finite = torch::isfinite(p.keypoints).flatten(2).all(2).to(torch::kCPU);
-    torch::Tensor kp = torch::where(torch::isfinite(p.keypoints), p.keypoints,
-                                    torch::zeros_like(p.keypoints));
+    torch::Tensor kp =
+        torch::where(torch::isfinite(p.keypoints), p.keypoints, torch::zeros_like(p.keypoints));
     torch::Tensor mse = PredictionMse(model, kp, images);
     mse = torch::where(finite, mse, torch::full_like(mse, std::nan("")));
     return VptFromMse(mse, epsilon).vpt.at(0);
@@ -293,8 +292,8 @@ std::vector<BenchmarkRow> SummarizeCells(const std::vector<BenchmarkCell>& cells
   std::vector<double> seconds;
   for (const BenchmarkCell& c : cells) {
     size_t i = 0;
-    while (i < rows.size() && !(rows[i].env == c.env && rows[i].control == c.control &&
-                                rows[i].model == c.model)) {
+    while (i < rows.size() &&
+           !(rows[i].env == c.env && rows[i].control == c.control && rows[i].model == c.model)) {
       ++i;
     }
     if (i == rows.size()) {
@@ -329,10 +328,9 @@ std::string ResultsCsv(const std::vector<BenchmarkRow>& rows) {
        "fallback_runs\n";
   for (const BenchmarkRow& r : rows) {
     s << EnvNameString(r.env) << "," << ControlModeString(r.control) << ","
-      << ModelKindName(r.model) << "," << r.seeds << "," << r.runs << ","
-      << Fixed(r.vpt_mean, 4) << "," << Fixed(r.vpt_std, 4) << "," << Fixed(r.vpt_median, 1)
-      << "," << Fixed(r.train_seconds, 1) << "," << r.failed_seeds << "," << r.fallback_runs
-      << "\n";
+      << ModelKindName(r.model) << "," << r.seeds << "," << r.runs << "," << Fixed(r.vpt_mean, 4)
+      << "," << Fixed(r.vpt_std, 4) << "," << Fixed(r.vpt_median, 1) << ","
+      << Fixed(r.train_seconds, 1) << "," << r.failed_seeds << "," << r.fallback_runs << "\n";
   }
   return s.str();
 }
@@ -390,8 +388,8 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
     s << "| " << EnvNameString(r.env) << " | " << ControlModeString(r.control) << " | "
       << ModelKindName(r.model) << " | " << r.seeds;
     if (r.failed_seeds > 0) s << " (+" << r.failed_seeds << " failed)";
-    s << " | " << r.runs << " | " << Fixed(r.vpt_mean, 2) << " | " << Fixed(r.vpt_std, 2)
-      << " | " << Fixed(r.vpt_median, 1) << " | " << Fixed(r.train_seconds, 0) << " |\n";
+    s << " | " << r.runs << " | " << Fixed(r.vpt_mean, 2) << " | " << Fixed(r.vpt_std, 2) << " | "
+      << Fixed(r.vpt_median, 1) << " | " << Fixed(r.train_seconds, 0) << " |\n";
   }
   double train = 0, eval = 0;
   int cached = 0;
@@ -401,10 +399,10 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
     cached += c.cached;
   }
   s << "\nTraining seconds are the summed step times of a cell's run (without the per-epoch "
-       "validation). All cells: training " << FormatDuration(train) << ", evaluation "
-    << FormatDuration(eval) << "; this invocation took " << FormatDuration(result.seconds)
-    << " of wall time (" << cached << " of " << result.cells.size()
-    << " cells were already finished).\n";
+       "validation). All cells: training "
+    << FormatDuration(train) << ", evaluation " << FormatDuration(eval) << "; this invocation took "
+    << FormatDuration(result.seconds) << " of wall time (" << cached << " of "
+    << result.cells.size() << " cells were already finished).\n";
   if (!result.notes.empty()) {
     s << "\nNotes:\n";
     for (const std::string& n : result.notes) s << "- " << n << "\n";
@@ -414,8 +412,8 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
 
 BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  if (options.seeds < 1) throw InputError("--seeds must be ≥ 1, got " +
-                                          std::to_string(options.seeds));
+  if (options.seeds < 1)
+    throw InputError("--seeds must be ≥ 1, got " + std::to_string(options.seeds));
   if (options.epochs < 0) throw InputError("--epochs must be ≥ 1");
   if (options.threads < 0) throw InputError("--threads must be ≥ 0");
   if (options.envs.empty() || options.controls.empty() || options.models.empty()) {
@@ -448,8 +446,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
       }
       TrainConfig c = TrainConfig::FromToml(file);
       if (!c.env.empty() && c.env != EnvNameString(env)) {
-        throw InputError("'" + file.string() + "' is for " + c.env + ", not " +
-                         EnvNameString(env));
+        throw InputError("'" + file.string() + "' is for " + c.env + ", not " + EnvNameString(env));
       }
       c.env = EnvNameString(env);
       if (c.data.empty() && c.control != ControlModeString(control)) {
@@ -496,16 +493,16 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
         cfg.model = model;
         cfg.seed = uint64_t(seed);
         cell.epochs = cfg.epochs;
-        const std::string label = "[" + std::to_string(index) + "/" + std::to_string(total) +
-                                  "] " + CellName(setting.env, setting.control, model, seed);
+        const std::string label = "[" + std::to_string(index) + "/" + std::to_string(total) + "] " +
+                                  CellName(setting.env, setting.control, model, seed);
         const fs::path result_file = cell.dir / "result.json";
         if (ReadCachedCell(result_file, cfg, prepared.path, &cell)) {
           if (!options.quiet) {
-            std::printf("%s: finished before (%s)\n", label.c_str(),
-                        cell.failed ? "failed"
-                                    : ("VPT " + Fixed(cell.vpt_mean, 2) + " ± " +
-                                       Fixed(cell.vpt_std, 2))
-                                          .c_str());
+            std::printf(
+                "%s: finished before (%s)\n", label.c_str(),
+                cell.failed
+                    ? "failed"
+                    : ("VPT " + Fixed(cell.vpt_mean, 2) + " ± " + Fixed(cell.vpt_std, 2)).c_str());
           }
           result.cells.push_back(cell);
           continue;
@@ -527,8 +524,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
         if (!fs::exists(checkpoint)) {
           if (!options.quiet) {
             std::printf("%s: %s (%d epochs) in %s\n", label.c_str(),
-                        started ? "resuming training" : "training", cfg.epochs,
-                        cell.dir.c_str());
+                        started ? "resuming training" : "training", cfg.epochs, cell.dir.c_str());
             std::fflush(stdout);
           }
           TrainOptions t;
@@ -580,11 +576,12 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
           if (cell.failed) {
             std::printf("%s: failed: %s\n", label.c_str(), cell.error.c_str());
           } else {
-            std::printf("%s: VPT %.2f ± %.2f frames (median %.1f, %zu runs), training %s, "
-                        "evaluation %s\n",
-                        label.c_str(), cell.vpt_mean, cell.vpt_std, cell.vpt_median,
-                        cell.vpt.size(), FormatDuration(cell.train_seconds).c_str(),
-                        FormatDuration(cell.eval_seconds).c_str());
+            std::printf(
+                "%s: VPT %.2f ± %.2f frames (median %.1f, %zu runs), training %s, "
+                "evaluation %s\n",
+                label.c_str(), cell.vpt_mean, cell.vpt_std, cell.vpt_median, cell.vpt.size(),
+                FormatDuration(cell.train_seconds).c_str(),
+                FormatDuration(cell.eval_seconds).c_str());
           }
           std::fflush(stdout);
         }
@@ -595,8 +592,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
 
   for (const BenchmarkCell& c : result.cells) {
     if (c.failed) {
-      result.notes.push_back(CellName(c.env, c.control, c.model, c.seed) +
-                             " failed: " + c.error);
+      result.notes.push_back(CellName(c.env, c.control, c.model, c.seed) + " failed: " + c.error);
     } else if (c.fallback_runs > 0) {
       result.notes.push_back(CellName(c.env, c.control, c.model, c.seed) + ": " +
                              std::to_string(c.fallback_runs) +

@@ -23,14 +23,14 @@ std::string Shape(const torch::Tensor& t) {
 SecondOrderOdeImpl::SecondOrderOdeImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden)
     : num_keypoints_(num_keypoints), action_dim_(action_dim) {
   if (num_keypoints < 1 || action_dim < 1 || hidden < 1) {
-    throw InputError("SecondOrderOde: need K ≥ 1, A ≥ 1 and h ≥ 1, got K = " +
-                     std::to_string(num_keypoints) + ", A = " + std::to_string(action_dim) +
-                     ", h = " + std::to_string(hidden));
+    throw InputError(
+        "SecondOrderOde: need K ≥ 1, A ≥ 1 and h ≥ 1, got K = " + std::to_string(num_keypoints) +
+        ", A = " + std::to_string(action_dim) + ", h = " + std::to_string(hidden));
   }
   const int64_t width = 2 * hidden;
-  mlp_ = register_module("mlp", CeluMlp(4 * num_keypoints + action_dim,
-                                        std::vector<int64_t>{width, width, width},
-                                        2 * num_keypoints));
+  mlp_ =
+      register_module("mlp", CeluMlp(4 * num_keypoints + action_dim,
+                                     std::vector<int64_t>{width, width, width}, 2 * num_keypoints));
 }
 
 torch::Tensor SecondOrderOdeImpl::forward(const torch::Tensor& x, const torch::Tensor& xdot,

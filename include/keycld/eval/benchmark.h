@@ -26,8 +26,7 @@ namespace keycld {
 
 struct BenchmarkOptions {
   std::vector<EnvName> envs = {EnvName::kPendulum, EnvName::kCartpole, EnvName::kAcrobot};
-  std::vector<ControlMode> controls = {ControlMode::kNone, ControlMode::kUnder,
-                                       ControlMode::kFull};
+  std::vector<ControlMode> controls = {ControlMode::kNone, ControlMode::kUnder, ControlMode::kFull};
   std::vector<ModelKind> models = {ModelKind::kKeycld, ModelKind::kKeycldNc, ModelKind::kNode2};
   /// A folder of presets `<env>-<control>.toml`: a name under configs/ (paper, cpu-quick) or a
   /// path to a folder.
@@ -51,15 +50,15 @@ struct BenchmarkCell {
   ModelKind model = ModelKind::kKeycld;
   int seed = 0;
   std::filesystem::path dir;
-  bool failed = false;          // training stopped (non-finite loss); `error` says why
+  bool failed = false;  // training stopped (non-finite loss); `error` says why
   std::string error;
-  bool cached = false;          // read from result.json, nothing recomputed
+  bool cached = false;  // read from result.json, nothing recomputed
   int epochs = 0;
   int64_t steps = 0;
-  std::vector<int> vpt;         // frames, one per validation run
+  std::vector<int> vpt;  // frames, one per validation run
   double vpt_mean = 0, vpt_std = 0, vpt_median = 0;
-  int fallback_runs = 0;        // runs Dormand–Prince could not integrate (see ValidationVpt)
-  double train_seconds = 0;     // sum of the training step times (metrics.jsonl), all sessions
+  int fallback_runs = 0;     // runs Dormand–Prince could not integrate (see ValidationVpt)
+  double train_seconds = 0;  // sum of the training step times (metrics.jsonl), all sessions
   double eval_seconds = 0;
 };
 
@@ -68,11 +67,11 @@ struct BenchmarkRow {
   EnvName env = EnvName::kPendulum;
   ControlMode control = ControlMode::kNone;
   ModelKind model = ModelKind::kKeycld;
-  int seeds = 0;                // cells that produced a result
+  int seeds = 0;  // cells that produced a result
   int failed_seeds = 0;
-  int runs = 0;                 // validation runs pooled over the seeds
+  int runs = 0;                                      // validation runs pooled over the seeds
   double vpt_mean = 0, vpt_std = 0, vpt_median = 0;  // over the pooled runs (frames)
-  double train_seconds = 0;     // mean over the seeds
+  double train_seconds = 0;                          // mean over the seeds
   int fallback_runs = 0;
 };
 
@@ -81,7 +80,7 @@ struct BenchmarkResult {
   std::vector<BenchmarkRow> rows;
   std::vector<std::string> notes;  // skipped combinations, failures
   std::filesystem::path markdown, csv, png;
-  double seconds = 0;              // wall time of this call
+  double seconds = 0;  // wall time of this call
 };
 
 /// The preset folder: `preset` itself if it is a directory, else configs/<preset> (relative to
