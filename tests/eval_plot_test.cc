@@ -119,6 +119,16 @@ TEST(Plot, LogAxisPlacesDecadesLinearly) {
   int x = ColumnOf(im, 0.5);
   EXPECT_GT(CountInColumn(im, x, RowOf(im, 0.5) - 3, RowOf(im, 0.5) + 4, PlotSeriesColor(0)), 0);
   EXPECT_EQ(CountInColumn(im, x, 0, RowOf(im, 0.5) - 4, PlotSeriesColor(0)), 0);
+  // Under two decades the axis is labelled at 1, 2, 5 x 10^n by keycld itself: the same
+  // placement, sqrt(1e-3 * 1e-2) half way up [1e-3, 1e-2].
+  o.y_min = 1e-3;
+  o.y_max = 1e-2;
+  flat.y = {std::sqrt(1e-5), std::sqrt(1e-5)};
+  WriteLinePlot(dir / "narrow.png", {flat}, o);
+  im = ReadPng(dir / "narrow.png");
+  EXPECT_GT(CountInColumn(im, x, RowOf(im, 0.5) - 3, RowOf(im, 0.5) + 4, PlotSeriesColor(0)), 0);
+  EXPECT_EQ(CountInColumn(im, x, 0, RowOf(im, 0.5) - 4, PlotSeriesColor(0)), 0);
+  EXPECT_EQ(CountInColumn(im, x, RowOf(im, 0.5) + 5, im.height, PlotSeriesColor(0)), 0);
 }
 
 TEST(Plot, ReferenceLinesBandsAndSinglePointsAreDrawn) {

@@ -129,6 +129,10 @@ TEST(Video, TensorsBecomeCanvasesWithRowZeroAtTheTop) {
   EXPECT_EQ(c.height(), 4);
   EXPECT_EQ(c.At(2, 1), kRed);
   EXPECT_EQ(c.At(4, 3), (Rgb{0, 0, 128}));
+  f[1][0][0] = NAN;  // a diverged rendering is black, not undefined
+  f[1][0][1] = 7.0;  // out of range values saturate
+  EXPECT_EQ(Canvas::FromTensor(f).At(0, 0), kBlack);
+  EXPECT_EQ(Canvas::FromTensor(f).At(1, 0), (Rgb{0, 255, 0}));
   torch::Tensor u = torch::zeros({4, 5, 3}, torch::kUInt8);
   u[1][2][1] = 200;
   EXPECT_EQ(Canvas::FromTensor(u).At(2, 1), (Rgb{0, 200, 0}));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "keycld/train/config.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/error.h"
 
@@ -72,6 +73,39 @@ TEST(Vpt, ANonFiniteErrorEndsTheValidTime) {
   mse[0][4] = std::nan("");
   EXPECT_EQ(VptFromMse(mse, 1.0).vpt, std::vector<int>{4});
   EXPECT_THROW(VptFromMse(torch::zeros({5}), 1.0), InputError);
+}
+
+}  // namespace
+}  // namespace keycld
+
+namespace keycld {
+namespace {
+
+TEST(LearningRateSchedule, CosineDecaysFromOneToTheFinalScale) {
+  TrainConfig c;
+  EXPECT_DOUBLE_EQ(c.LearningRateFactor(123, 1000), 1.0);  // the paper: constant
+  c.lr_schedule = "cosine";
+  c.lr_final_scale = 0.1;
+  EXPECT_DOUBLE_EQ(c.LearningRateFactor(0, 1000), 1.0);
+  EXPECT_NEAR(c.LearningRateFactor(500, 1000), 0.55, 1e-12);   // half way: (1 + f) / 2
+  EXPECT_NEAR(c.LearningRateFactor(250, 1000), 0.1 + 0.9 * 0.5 * (1 + std::sqrt(0.5)), 1e-12);
+  EXPECT_NEAR(c.LearningRateFactor(1000, 1000), 0.1, 1e-12);
+  EXPECT_NEAR(c.LearningRateFactor(5000, 1000), 0.1, 1e-12);   // past the end: stays final
+  c.lr_decay_start = 0.5;  // constant for the first half, then the cosine over the second
+  EXPECT_DOUBLE_EQ(c.LearningRateFactor(499, 1000), 1.0);
+  EXPECT_NEAR(c.LearningRateFactor(750, 1000), 0.55, 1e-12);
+  EXPECT_NEAR(c.LearningRateFactor(1000, 1000), 0.1, 1e-12);
+  c.lr_decay_start = 1.0;
+  EXPECT_THROW(c.Validate(), InputError);
+  c.lr_decay_start = 0.0;
+  EXPECT_EQ(c.TotalSteps(450), 40 * 450);
+  c.max_steps = 777;
+  EXPECT_EQ(c.TotalSteps(450), 777);
+  c.lr_schedule = "linear";
+  EXPECT_THROW(c.Validate(), InputError);
+  c.lr_schedule = "cosine";
+  c.lr_final_scale = 1.5;
+  EXPECT_THROW(c.Validate(), InputError);
 }
 
 }  // namespace

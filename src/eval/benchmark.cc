@@ -570,7 +570,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
           cell.fallback_runs = score.fallback_runs;
           cell.eval_seconds = Seconds(eval_start);
         }
-        WriteFileAtomically(result_file,
+        WriteTextAtomically(result_file,
                             CellToJson(cell, cfg, data.info(), prepared.path).dump(2) + "\n");
         if (!options.quiet) {
           if (cell.failed) {
@@ -603,12 +603,12 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
   result.rows = SummarizeCells(result.cells);
   result.csv = out / "results.csv";
   result.markdown = out / "results.md";
-  WriteFileAtomically(result.csv, ResultsCsv(result.rows));
+  WriteTextAtomically(result.csv, ResultsCsv(result.rows));
   result.png = out / "results.png";
   WriteResultsChart(result.png, result.rows,
                     "Valid prediction time, preset " + presets.filename().string());
   result.seconds = Seconds(start);
-  WriteFileAtomically(result.markdown, ResultsMarkdown(options, result));
+  WriteTextAtomically(result.markdown, ResultsMarkdown(options, result));
   return result;
 }
 

@@ -16,6 +16,7 @@
 #include "keycld/sim/offscreen_renderer.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/config.h"
+#include "keycld/train/trainer.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
@@ -33,19 +34,6 @@ constexpr int kMaxFrames = 100000;
 constexpr int64_t kChunk = 64;  // frames encoded / rendered at once
 constexpr Rgb kWhite = {255, 255, 255}, kValid = {40, 170, 60}, kInvalid = {215, 40, 40},
               kPending = {225, 225, 225};
-
-torch::Device ResolveDevice(const std::string& name) {
-  torch::Device device(torch::kCPU);
-  try {
-    device = torch::Device(name);
-  } catch (const c10::Error&) {
-    throw InputError("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
-  }
-  if (device.is_cuda() && !torch::cuda::is_available()) {
-    throw InputError("device '" + name + "' requested, but this LibTorch sees no CUDA device");
-  }
-  return device;
-}
 
 void CheckInterrupt() {
   if (InterruptRequested()) throw Interrupted("interrupted; no prediction files were written");
@@ -71,7 +59,9 @@ fs::path FindDataSet(const PredictOptions& o, const fs::path& config_file, Train
   }
   const fs::path named = config->DataFile();
   if (fs::exists(named)) return named;
-  const fs::path beside = fs::absolute(o.run_dir).parent_path().parent_path() / named;
+  fs::path run = fs::absolute(o.run_dir).lexically_normal();
+  if (run.filename().empty()) run = run.parent_path();  // "runs/x/"
+  const fs::path beside = run.parent_path().parent_path() / named;
   if (named.is_relative() && fs::exists(beside)) return beside;
   throw IoError("data set '" + named.string() + "' named by '" + config_file.string() +
                 "' not found: pass --data FILE");

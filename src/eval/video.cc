@@ -59,13 +59,12 @@ Canvas Canvas::FromTensor(const torch::Tensor& image) {
   if (image.dim() == 3 && image.scalar_type() == torch::kUInt8 && image.size(2) == 3) {
     hwc = image;
   } else if (image.dim() == 3 && image.is_floating_point() && image.size(0) == 3) {
-    hwc = (image.detach().to(torch::kFloat32).clamp(0, 1) * 255.0f)
+    hwc = (image.detach().to(torch::kFloat32).nan_to_num(0, 1, 0).clamp(0, 1) * 255.0f)
               .round()
               .to(torch::kUInt8)
               .permute({1, 2, 0});
   } else {
     throw InputError("Canvas::FromTensor: expected float [3, H, W] or uint8 [H, W, 3], got " +
-                     std::string(image.sizes().vec().size() ? "" : "a scalar") +
                      c10::str(image.sizes()) + " " +
                      std::string(c10::toString(image.scalar_type())));
   }

@@ -1,6 +1,8 @@
 #include "keycld/train/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -57,8 +59,9 @@ namespace {
 const std::set<std::string> kKeys[] = {
     {"file", "env", "control", "size", "runs", "frames", "seed"},
     {"hidden", "sigma", "model", "dynamics"},
-    {"epochs", "max_steps", "lr", "dynamics_lr_scale", "grad_clip", "horizon", "w_dyn", "w_bce",
-     "augment", "seed", "threads", "device"},
+    {"epochs", "max_steps", "lr", "dynamics_lr_scale", "grad_clip", "lr_schedule",
+     "lr_final_scale", "lr_decay_start", "horizon", "w_dyn", "w_bce", "augment", "seed",
+     "threads", "device"},
     {"val_runs", "rtol", "atol"}};
 const char* kSections[] = {"data", "model", "train", "eval"};
 
@@ -159,6 +162,9 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
   Get(t, "train", "lr", &lr, origin);
   Get(t, "train", "dynamics_lr_scale", &dynamics_lr_scale, origin);
   Get(t, "train", "grad_clip", &grad_clip, origin);
+  Get(t, "train", "lr_schedule", &lr_schedule, origin);
+  Get(t, "train", "lr_final_scale", &lr_final_scale, origin);
+  Get(t, "train", "lr_decay_start", &lr_decay_start, origin);
   Get(t, "train", "horizon", &horizon, origin);
   Get(t, "train", "w_dyn", &w_dyn, origin);
   Get(t, "train", "w_bce", &w_bce, origin);
@@ -191,6 +197,11 @@ void TrainConfig::Validate() const {
     fail("learning rates must be finite and > 0");
   }
   if (!(grad_clip > 0)) fail("grad_clip must be > 0");
+  if (lr_schedule != "constant" && lr_schedule != "cosine") {
+    fail("lr_schedule must be constant or cosine, got '" + lr_schedule + "'");
+  }
+  if (!(lr_final_scale >= 0 && lr_final_scale <= 1)) fail("lr_final_scale must be in [0, 1]");
+  if (!(lr_decay_start >= 0 && lr_decay_start < 1)) fail("lr_decay_start must be in [0, 1)");
   if (horizon < 1) fail("horizon must be ≥ 1, got " + std::to_string(horizon));
   if (w_dyn < 0 || w_bce < 0) fail("loss weights must be ≥ 0");
   if (threads < 0 || threads > 256) fail("threads must be in [0, 256] (0 = all cores)");
@@ -199,6 +210,18 @@ void TrainConfig::Validate() const {
   if (device != "cpu" && device.rfind("cuda", 0) != 0) {
     fail("device must be cpu, cuda or cuda:N, got '" + device + "'");
   }
+}
+
+int64_t TrainConfig::TotalSteps(int64_t train_runs) const {
+  return max_steps > 0 ? max_steps : int64_t(epochs) * train_runs;
+}
+
+double TrainConfig::LearningRateFactor(int64_t step, int64_t total) const {
+  if (lr_schedule != "cosine" || total <= 0) return 1.0;
+  const double start = lr_decay_start * double(total);
+  const double progress =
+      std::min(1.0, std::max(0.0, (double(step) - start) / (double(total) - start)));
+  return lr_final_scale + (1.0 - lr_final_scale) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
 std::filesystem::path TrainConfig::DataFile() const {
@@ -229,6 +252,9 @@ std::string TrainConfig::ToToml() const {
                             {"lr", lr},
                             {"dynamics_lr_scale", dynamics_lr_scale},
                             {"grad_clip", grad_clip},
+                            {"lr_schedule", lr_schedule},
+                            {"lr_final_scale", lr_final_scale},
+                            {"lr_decay_start", lr_decay_start},
                             {"horizon", horizon},
                             {"w_dyn", w_dyn},
                             {"w_bce", w_bce},
@@ -241,6 +267,28 @@ std::string TrainConfig::ToToml() const {
   std::ostringstream s;
   s << "# keycld training configuration (resolved)\n" << t << "\n";
   return s.str();
+}
+
+std::filesystem::path DefaultConfigsDir() {
+  if (const char* env = std::getenv("KEYCLD_CONFIGS"); env && *env) return env;
+  return KEYCLD_SOURCE_CONFIGS_DIR;
+}
+
+std::filesystem::path PresetFile(const std::string& preset, const std::string& env,
+                                 const std::string& control) {
+  if (preset != "cpu-quick" && preset != "paper") {
+    throw InputError("unknown preset '" + preset + "' (expected cpu-quick or paper)");
+  }
+  const EnvName e = ParseEnvName(env);
+  const ControlMode c = ParseControlMode(control);
+  CheckControlMode(e, c);
+  std::filesystem::path file =
+      DefaultConfigsDir() / preset / (EnvNameString(e) + "-" + ControlModeString(c) + ".toml");
+  if (!std::filesystem::exists(file)) {
+    throw IoError("preset file not found: '" + file.string() + "' (set KEYCLD_CONFIGS to the " +
+                  "configs/ folder of the source tree)");
+  }
+  return file;
 }
 
 }  // namespace keycld

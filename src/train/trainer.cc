@@ -47,7 +47,7 @@ void TruncateMetrics(const fs::path& file, const TrainPosition& position) {
                                               : j.value("epoch", int64_t(0)) < position.epoch;
     if (keep) kept += line + "\n";
   }
-  WriteFileAtomically(file, kept);
+  WriteTextAtomically(file, kept);
 }
 
 std::vector<int64_t> Shuffled(int64_t n, std::mt19937_64& rng) {
@@ -56,20 +56,6 @@ std::vector<int64_t> Shuffled(int64_t n, std::mt19937_64& rng) {
   // Fisher–Yates with explicit 64-bit draws: the same order on every platform.
   for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng() % uint64_t(i + 1)]);
   return order;
-}
-
-torch::Device ResolveDevice(const std::string& name) {
-  torch::Device device(torch::kCPU);
-  try {
-    device = torch::Device(name);
-  } catch (const c10::Error&) {
-    throw InputError("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
-  }
-  if (device.is_cuda() && !torch::cuda::is_available()) {
-    throw InputError("device '" + name + "' requested, but this LibTorch sees no CUDA device " +
-                     "(a CUDA build of LibTorch and a GPU are needed)");
-  }
-  return device;
 }
 
 // An exclusive flock(2) on a file in the run folder, released when the process ends.
@@ -93,6 +79,20 @@ class RunLock {
 };
 
 }  // namespace
+
+torch::Device ResolveDevice(const std::string& name) {
+  torch::Device device(torch::kCPU);
+  try {
+    device = torch::Device(name);
+  } catch (const c10::Error&) {
+    throw InputError("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
+  }
+  if (device.is_cuda() && !torch::cuda::is_available()) {
+    throw InputError("device '" + name + "' requested, but this LibTorch sees no CUDA device " +
+                     "(a CUDA build of LibTorch and a GPU are needed)");
+  }
+  return device;
+}
 
 PreparedDataset PrepareDataset(const TrainConfig& config, GlBackend gl, bool progress) {
   PreparedDataset out;
@@ -230,12 +230,12 @@ TrainSummary Train(const TrainOptions& options) {
     }
   }
   fs::create_directories(checkpoints);
-  WriteFileAtomically(run / "config.toml", cfg.ToToml());
+  WriteTextAtomically(run / "config.toml", cfg.ToToml());
   const fs::path metrics_file = run / "metrics.jsonl";
   if (options.resume) {
     TruncateMetrics(metrics_file, pos);
   } else {
-    WriteFileAtomically(metrics_file, "");
+    WriteTextAtomically(metrics_file, "");
   }
   std::ofstream metrics(metrics_file, std::ios::app);
 
@@ -248,6 +248,7 @@ TrainSummary Train(const TrainOptions& options) {
   };
 
   LossOptions loss_options{cfg.horizon, cfg.w_dyn, cfg.w_bce};
+  const int64_t total_steps = cfg.TotalSteps(R);
   TrainSummary summary;
   const auto start = std::chrono::steady_clock::now();
   const int64_t first_step = pos.step;
@@ -295,6 +296,11 @@ TrainSummary Train(const TrainOptions& options) {
       for (auto& p : model->parameters()) {
         if (p.grad().defined()) p.grad().clamp_(-cfg.grad_clip, cfg.grad_clip);
       }
+      const double lr_factor = cfg.LearningRateFactor(pos.step, total_steps);
+      auto& groups = adam.param_groups();
+      static_cast<torch::optim::AdamOptions&>(groups[0].options()).lr(cfg.lr * lr_factor);
+      static_cast<torch::optim::AdamOptions&>(groups[1].options())
+          .lr(cfg.lr * cfg.dynamics_lr_scale * lr_factor);
       adam.step();
       ++pos.step;
       ++pos.step_in_epoch;
@@ -307,6 +313,7 @@ TrainSummary Train(const TrainOptions& options) {
                    {"rec", loss.reconstruction.item<double>()},
                    {"dyn", loss.dynamics.item<double>()},
                    {"bce", loss.heatmap.item<double>()},
+                   {"lr", cfg.lr * lr_factor},
                    {"seconds", secs}};
       metrics << line.dump() << "\n";
       summary.last_loss = total;

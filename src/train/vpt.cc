@@ -139,7 +139,7 @@ VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
   io.atol = options.atol;
   io.max_steps = options.max_steps;
   KeypointPrediction p = PredictKeypoints(model, images.slice(1, 0, 3), actions, N,
-                                          IntegratorMethod::kDopri5, io);
+                                          options.method, io);
   VptResult result =
       VptFromMse(PredictionMse(model, p.keypoints, images, options.render_chunk), options.epsilon);
   result.predicted = p.keypoints;

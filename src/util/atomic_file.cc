@@ -63,11 +63,11 @@ void AtomicFile::Commit() {
   committed_ = true;
 }
 
-void WriteFileAtomically(const fs::path& file, const std::string& content) {
+void WriteTextAtomically(const fs::path& file, std::string_view text) {
   AtomicFile out(file);
   {
     std::ofstream f(out.temp_path(), std::ios::binary);
-    f << content;
+    f.write(text.data(), std::streamsize(text.size()));
     f.flush();
     if (!f) throw IoError("cannot write '" + file.string() + "'");
   }

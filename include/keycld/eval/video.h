@@ -35,7 +35,8 @@ class Canvas {
   /// From pixels uint8 [height, width, 3]. Throws InputError on a size mismatch.
   static Canvas FromPixels(std::vector<uint8_t> rgb, int width, int height);
   /// From an image tensor: float [3, H, W] in [0, 1] (a network image; clamped and rounded)
-  /// or uint8 [H, W, 3] (a data-set frame), on any device. Throws InputError otherwise.
+  /// or uint8 [H, W, 3] (a data-set frame), on any device; NaN becomes 0. Throws InputError
+  /// otherwise.
   static Canvas FromTensor(const torch::Tensor& image);
 
   int width() const { return width_; }

@@ -2,7 +2,7 @@
 #pragma once
 
 #include <filesystem>
-#include <string>
+#include <string_view>
 
 namespace keycld {
 
@@ -29,7 +29,7 @@ class AtomicFile {
   bool committed_ = false;
 };
 
-/// Writes `content` to `file` through an AtomicFile. Throws IoError.
-void WriteFileAtomically(const std::filesystem::path& file, const std::string& content);
+/// Writes `text` to `file` atomically (AtomicFile). Throws IoError on failure.
+void WriteTextAtomically(const std::filesystem::path& file, std::string_view text);
 
 }  // namespace keycld
