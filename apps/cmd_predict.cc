@@ -48,6 +48,7 @@ Runner AddPredictCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
     o.device = a->device;
     o.gl = ParseGlBackend(global->gl);
     PredictionOutput r = WritePrediction(o);
+    std::printf("model: %s\n", r.model.c_str());
     std::printf(
         "predict: validation run %d (data set run %d): VPT %d frames (%.2f s, eps %.3g); "
         "%d frames (%d re-simulated) in %s: %s, %s, %s\n",

@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "commands.h"
-#include "keycld/data/generate.h"
 #include "keycld/eval/evaluate.h"
 #include "keycld/eval/predict.h"
 #include "keycld/eval/report.h"
@@ -55,7 +54,7 @@ void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::pat
 }
 
 struct TrainArgs {
-  std::string data, out, config, device, dynamics;
+  std::string data, out, config, device, model;
   std::optional<int> epochs, hidden, threads;
   std::optional<double> lr;
   std::optional<int64_t> steps, seed;
@@ -66,7 +65,8 @@ struct TrainArgs {
 
 Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
   auto a = std::make_shared<TrainArgs>();
-  auto* cmd = app.add_subcommand("train", "Train KeyCLD on a data set (unsupervised)");
+  auto* cmd = app.add_subcommand(
+      "train", "Train KeyCLD (or the keycld-nc / node2 variants) on a data set (unsupervised)");
   cmd->add_option("--data", a->data, "HDF5 data set (keycld generate)");
   cmd->add_option("--out", a->out, "Run folder (config.toml, checkpoints/, metrics.jsonl)")
       ->required();
@@ -78,7 +78,9 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
   cmd->add_option("--seed", a->seed, "Random seed (≥ 0)");
   cmd->add_option("--threads", a->threads, "LibTorch threads (0 = all cores)");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N");
-  cmd->add_option("--dynamics", a->dynamics, "constrained (KeyCLD) | unconstrained (NC)");
+  cmd->add_option("--model", a->model,
+                  "keycld | keycld-nc (no constraints) | node2 (black-box ODE); default keycld")
+      ->check(CLI::IsMember({"keycld", "keycld-nc", "node2"}));
   cmd->add_flag("--resume", a->resume, "Continue the run in --out from its last checkpoint");
   return [a] {
     TrainOptions t;
@@ -90,7 +92,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
         throw InputError("nothing to resume: '" + saved.string() + "' does not exist");
       }
       t.config = TrainConfig::FromToml(saved);
-      if (!a->config.empty() || a->hidden || a->seed || !a->dynamics.empty() ||
+      if (!a->config.empty() || a->hidden || a->seed || !a->model.empty() ||
           (!a->data.empty() && !(std::filesystem::exists(a->data) &&
                                  std::filesystem::exists(t.config.DataFile()) &&
                                  std::filesystem::equivalent(a->data, t.config.DataFile())))) {
@@ -104,7 +106,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
       if (a->hidden) t.config.hidden = *a->hidden;
       if (a->seed && *a->seed < 0) throw InputError("--seed must be ≥ 0");
       if (a->seed) t.config.seed = uint64_t(*a->seed);
-      if (!a->dynamics.empty()) t.config.dynamics = ParseDynamicsKind(a->dynamics);
+      if (!a->model.empty()) t.config.model = ParseModelKind(a->model);
     }
     if (a->epochs) t.config.epochs = *a->epochs;
     if (a->steps) t.config.max_steps = *a->steps;
@@ -174,36 +176,13 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       saved.max_steps = t.config.max_steps;
       t.config = saved;
     }
-    const auto data_file = t.config.DataFile();
-    if (t.config.data.empty() &&
-        (t.config.size % 4 != 0 || t.config.frames < t.config.horizon + 2)) {
-      throw InputError("[data] size must be a multiple of 4 and frames ≥ horizon + 2 = " +
-                       std::to_string(t.config.horizon + 2) + " to train on the data set");
-    }
+    PreparedDataset prepared = PrepareDataset(t.config, ParseGlBackend(global->gl));
+    const std::filesystem::path data_file = prepared.path;
     double data_seconds = -1;
-    if (!std::filesystem::exists(data_file)) {
-      if (!t.config.data.empty() && t.config.env.empty()) {
-        throw IoError("data set not found: '" + data_file.string() + "'");
-      }
-      GenerateOptions g;
-      g.env = ParseEnvName(t.config.env);
-      g.control = ParseControlMode(t.config.control);
-      g.size = t.config.size;
-      g.runs = t.config.runs;
-      g.frames = t.config.frames;
-      g.seed = t.config.data_seed;
-      g.out_dir = data_file.parent_path();
-      g.gl = ParseGlBackend(global->gl);
-      if (DatasetPath(g) != data_file) {
-        throw InputError("[data] file '" + data_file.string() + "' does not exist and is not " +
-                         "the name keycld generate gives ('" + DatasetPath(g).string() + "')");
-      }
-      std::printf("[1/4] generating the data set %s\n", data_file.c_str());
-      std::fflush(stdout);
-      GenerateResult r = GenerateDataset(g);
-      data_seconds = r.seconds;
-      std::printf("wrote %s in %.1f s (%.0f frames/s)\n", r.path.c_str(), r.seconds,
-                  r.frames_per_second);
+    if (prepared.generated) {
+      data_seconds = prepared.generation.seconds;
+      std::printf("[1/4] wrote %s in %.1f s (%.0f frames/s)\n", data_file.c_str(),
+                  prepared.generation.seconds, prepared.generation.frames_per_second);
     } else {
       std::printf("[1/4] using data set %s\n", data_file.c_str());
     }

@@ -25,5 +25,6 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
 Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddPredictCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
+Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 
 }  // namespace keycld::cli

@@ -11,7 +11,8 @@
 namespace keycld {
 namespace {
 
-// Args: image size, hidden width h, frames N, environment (0 pendulum, 1 cartpole), threads.
+// Args: image size, hidden width h, frames N, environment (0 pendulum, 1 cartpole), threads,
+// model (0 keycld, 1 keycld-nc, 2 node2).
 void BM_TrainStep(benchmark::State& state) {
   torch::set_num_threads(int(state.range(4)));
   torch::manual_seed(0);
@@ -22,6 +23,7 @@ void BM_TrainStep(benchmark::State& state) {
   spec.image_size = int(state.range(0));
   spec.hidden = int(state.range(1));
   spec.dt = 0.02;
+  spec.model = kAllModelKinds[state.range(5)];
   KeycldModel model(spec);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(model->PerceptionParameters(),
@@ -41,15 +43,19 @@ void BM_TrainStep(benchmark::State& state) {
       if (p.grad().defined()) p.grad().clamp_(-5, 5);
     adam.step();
   }
-  state.SetLabel(EnvNameString(spec.env) + " " + std::to_string(S) + "px h=" +
+  state.SetLabel(ModelKindName(spec.model) + " " + EnvNameString(spec.env) + " " + std::to_string(S) + "px h=" +
                  std::to_string(spec.hidden) + " N=" + std::to_string(N) + " threads=" +
                  std::to_string(state.range(4)));
 }
 BENCHMARK(BM_TrainStep)
-    ->Args({64, 32, 50, 0, 2})   // the paper's setting
-    ->Args({64, 32, 50, 0, 1})
-    ->Args({32, 16, 50, 0, 2})   // CPU quick preset
-    ->Args({32, 16, 50, 1, 2})
+    ->Args({64, 32, 50, 0, 2, 0})   // the paper's setting
+    ->Args({64, 32, 50, 0, 1, 0})
+    ->Args({32, 16, 50, 0, 2, 0})   // CPU quick preset, each variant
+    ->Args({32, 16, 50, 0, 2, 1})
+    ->Args({32, 16, 50, 0, 2, 2})
+    ->Args({32, 16, 50, 1, 2, 0})
+    ->Args({32, 16, 50, 1, 2, 1})
+    ->Args({32, 16, 50, 1, 2, 2})
     ->Unit(benchmark::kSecond)
     ->UseRealTime()
     ->MinTime(5.0);

@@ -64,7 +64,7 @@ TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   c.hidden = 16;
   c.lr = 1e-3;
   c.augment = false;
-  c.dynamics = DynamicsKind::kUnconstrained;
+  c.model = ModelKind::kNode2;
   TrainConfig d;
   d.MergeToml(c.ToToml(), "roundtrip");
   EXPECT_EQ(d.ToToml(), c.ToToml());

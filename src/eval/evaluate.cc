@@ -146,7 +146,8 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   EvaluationReport report;
   report.env = EnvNameString(spec.env);
   report.control = ControlModeString(info.control);
-  report.model = DynamicsKindName(spec.dynamics);
+  report.model = ModelKindName(spec.model);
+  report.has_energy = model->HasEnergy();
   report.solver = IntegratorMethodString(options.method);
   report.run_dir = run;
   report.checkpoint = checkpoint;
@@ -170,7 +171,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   report.vpt = ValidPredictionTime(model, images, actions, vo);
   report.mse_mean = ToVector(report.vpt.mse.mean(0));
   report.mse_median = ToVector(std::get<0>(report.vpt.mse.median(0)));
-  report.masses = ToVector(model->mass->m());
+  if (report.has_energy) report.masses = ToVector(model->mass->m());
 
   torch::NoGradGuard no_grad;
   // The state grid: constraint residuals of the estimates, learned vs true potential.
@@ -187,7 +188,8 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
     report.constraint_rms = phi.square().mean().sqrt().item<double>();
     report.constraint_max = phi.abs().max().item<double>();
   }
-  std::vector<double> v_learned = ToVector(model->Potential(grid_x));
+  std::vector<double> v_learned =
+      report.has_energy ? ToVector(model->Potential(grid_x)) : std::vector<double>();
   std::vector<double> v_true(static_cast<size_t>(grid_count));
   {
     Environment env(spec.env);
@@ -198,12 +200,16 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
       v_true[size_t(g)] = env.TotalEnergy();  // zero velocity: the potential energy
     }
   }
-  std::tie(report.potential_r2, report.potential_scale) = AffineFit(v_true, v_learned);
+  if (report.has_energy) {
+    std::tie(report.potential_r2, report.potential_scale) = AffineFit(v_true, v_learned);
+  } else {
+    report.potential_r2 = report.potential_scale = std::nan("");
+  }
 
   // Total learned energy along an unactuated rollout from validation run 0.
   std::vector<double> e_time, e_kinetic, e_potential, e_total;
-  std::string energy_error;
-  {
+  std::string energy_error = report.has_energy ? "" : "the model has no energy (node2)";
+  if (report.has_energy) {
     torch::Tensor first = ImagesToFloat(images[0].slice(0, 0, 3), device);
     torch::Tensor x = model->Encode(first).keypoints.reshape({1, 3, -1});
     DoublePrecisionDynamics fp64(model);
@@ -306,6 +312,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
 
     // Learned potential over the state grid.
     PlotOptions pp;
+    if (report.has_energy) {
     pp.title = "learned potential energy over the state grid (R² vs the simulator's " +
                Fixed(report.potential_r2, 3) + ")";
     if (spec.env == EnvName::kPendulum) {
@@ -357,6 +364,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
                    ys.rbegin()->first + dy / 2, "learned V", pp);
     }
     add(out / "potential.png");
+    }
 
     if (!e_total.empty()) {
       PlotOptions pe;
@@ -398,7 +406,9 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   j["masses"] = report.masses;
   j["constraint_residual_grid"] = {{"rms", report.constraint_rms},
                                    {"max", report.constraint_max}};
-  j["potential_vs_true"] = {{"r2", report.potential_r2}, {"scale", report.potential_scale}};
+  if (report.has_energy) {
+    j["potential_vs_true"] = {{"r2", report.potential_r2}, {"scale", report.potential_scale}};
+  }
   j["energy_rollout"] = {{"frames", options.energy_frames},
                          {"relative_variation", std::isfinite(report.energy_relative_variation)
                                                     ? json(report.energy_relative_variation)

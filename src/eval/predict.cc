@@ -228,6 +228,7 @@ PredictionOutput WritePrediction(const PredictOptions& o) {
   }
 
   PredictionOutput r;
+  r.model = DescribeModel(spec);
   r.dataset_run = int(validation[o.run]);
   r.frames = o.frames;
   r.dt = info.dt;

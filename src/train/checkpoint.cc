@@ -26,7 +26,7 @@ void WriteSpec(torch::serialize::OutputArchive& a, const ModelSpec& s) {
   a.write("format", StringTensor(kCheckpointFormat));
   a.write("version", torch::tensor(kCheckpointVersion));
   a.write("env", StringTensor(EnvNameString(s.env)));
-  a.write("dynamics", StringTensor(DynamicsKindName(s.dynamics)));
+  a.write("model_kind", StringTensor(ModelKindName(s.model)));
   a.write("shape", ToTensor({s.num_keypoints, s.action_dim, s.hidden, s.image_size}));
   a.write("sigma_dt", torch::tensor({s.sigma, s.dt}, torch::kFloat64));
 }
@@ -44,14 +44,16 @@ ModelSpec ReadSpec(torch::serialize::InputArchive& a, const std::string& file) {
     throw FormatError("'" + file + "' is not a keycld checkpoint");
   }
   int64_t version = Read(a, "version", file).item<int64_t>();
-  if (version != kCheckpointVersion) {
+  if (version < 1 || version > kCheckpointVersion) {
     throw FormatError("'" + file + "' has checkpoint version " + std::to_string(version) +
-                      ", this keycld reads version " + std::to_string(kCheckpointVersion));
+                      ", this keycld reads versions 1 to " + std::to_string(kCheckpointVersion));
   }
   ModelSpec s;
   try {
     s.env = ParseEnvName(TensorString(Read(a, "env", file)));
-    s.dynamics = ParseDynamicsKind(TensorString(Read(a, "dynamics", file)));
+    s.model = version == 1
+                  ? ModelKindFromLegacyDynamics(TensorString(Read(a, "dynamics", file)))
+                  : ParseModelKind(TensorString(Read(a, "model_kind", file)));
   } catch (const InputError& e) {
     throw FormatError("'" + file + "': " + e.what());
   }
@@ -136,20 +138,15 @@ KeycldModel LoadModel(const std::filesystem::path& file_or_run, const torch::Dev
 
 void LoadCheckpoint(const std::filesystem::path& file, KeycldModel& model,
                     torch::optim::Optimizer* optimizer, TrainPosition* position) {
-  const torch::Device device = model->mass->m().device();
+  const torch::Device device = model->device();
   auto a = OpenArchive(file, device);
   ModelSpec s = ReadSpec(a, file.string());
   const ModelSpec& want = model->spec();
   if (s.env != want.env || s.num_keypoints != want.num_keypoints ||
       s.action_dim != want.action_dim || s.hidden != want.hidden ||
-      s.image_size != want.image_size || s.dynamics != want.dynamics) {
-    auto describe = [](const ModelSpec& m) {
-      return EnvNameString(m.env) + ", h = " + std::to_string(m.hidden) + ", " +
-             std::to_string(m.image_size) + " px, " + std::to_string(m.action_dim) +
-             " actuator(s), " + DynamicsKindName(m.dynamics) + " dynamics";
-    };
-    throw FormatError("'" + file.string() + "' holds a model (" + describe(s) +
-                      ") other than the one configured here (" + describe(want) + ")");
+      s.image_size != want.image_size || s.model != want.model) {
+    throw FormatError("'" + file.string() + "' holds a model (" + DescribeModel(s) +
+                      ") other than the one configured here (" + DescribeModel(want) + ")");
   }
   torch::serialize::InputArchive m;
   if (!a.try_read("model", m)) throw FormatError("'" + file.string() + "' holds no model");

@@ -14,14 +14,31 @@
 
 namespace keycld {
 
-DynamicsKind ParseDynamicsKind(const std::string& name) {
-  if (name == "constrained" || name == "keycld") return DynamicsKind::kConstrained;
-  if (name == "unconstrained" || name == "nc") return DynamicsKind::kUnconstrained;
-  throw InputError("unknown dynamics '" + name + "' (expected constrained or unconstrained)");
+ModelKind ParseModelKind(const std::string& name) {
+  for (ModelKind kind : kAllModelKinds) {
+    if (name == ModelKindName(kind)) return kind;
+  }
+  throw InputError("unknown model '" + name + "' (expected keycld, keycld-nc or node2)");
 }
 
-std::string DynamicsKindName(DynamicsKind kind) {
-  return kind == DynamicsKind::kConstrained ? "constrained" : "unconstrained";
+std::string ModelKindName(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kKeycld:
+      return "keycld";
+    case ModelKind::kKeycldNc:
+      return "keycld-nc";
+    case ModelKind::kNode2:
+      return "node2";
+  }
+  return "?";
+}
+
+ModelKind ModelKindFromLegacyDynamics(const std::string& dynamics) {
+  if (dynamics == "constrained") return ModelKind::kKeycld;
+  if (dynamics == "unconstrained") return ModelKind::kKeycldNc;
+  throw InputError("unknown dynamics '" + dynamics +
+                   "' (expected constrained or unconstrained; newer files say model = keycld, "
+                   "keycld-nc or node2)");
 }
 
 TrainConfig TrainConfig::FromToml(const std::filesystem::path& file) {
@@ -41,9 +58,10 @@ namespace {
 
 const std::set<std::string> kKeys[] = {
     {"file", "env", "control", "size", "runs", "frames", "seed"},
-    {"hidden", "sigma", "dynamics"},
+    {"hidden", "sigma", "model", "dynamics"},
     {"epochs", "max_steps", "lr", "dynamics_lr_scale", "grad_clip", "lr_schedule",
-     "lr_final_scale", "lr_decay_start", "horizon", "w_dyn", "w_bce", "augment", "seed", "threads", "device"},
+     "lr_final_scale", "lr_decay_start", "horizon", "w_dyn", "w_bce", "augment", "seed",
+     "threads", "device"},
     {"val_runs", "rtol", "atol"}};
 const char* kSections[] = {"data", "model", "train", "eval"};
 
@@ -109,7 +127,7 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
       }
     }
   }
-  std::string file_str, dyn;
+  std::string file_str, model_name, dyn;
   Get(t, "data", "file", &file_str, origin);
   if (!file_str.empty()) data = file_str;
   Get(t, "data", "env", &env, origin);
@@ -123,8 +141,22 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
   data_seed = uint64_t(ds);
   Get(t, "model", "hidden", &hidden, origin);
   Get(t, "model", "sigma", &sigma, origin);
+  Get(t, "model", "model", &model_name, origin);
   Get(t, "model", "dynamics", &dyn, origin);
-  if (!dyn.empty()) dynamics = ParseDynamicsKind(dyn);
+  try {
+    if (!model_name.empty()) model = ParseModelKind(model_name);
+    if (!dyn.empty()) {
+      // The key of configurations written before model variants existed.
+      const ModelKind legacy = ModelKindFromLegacyDynamics(dyn);
+      if (!model_name.empty() && legacy != model) {
+        throw InputError("[model] dynamics = \"" + dyn + "\" contradicts model = \"" +
+                         model_name + "\" (drop the old dynamics key)");
+      }
+      model = legacy;
+    }
+  } catch (const InputError& e) {
+    throw InputError(origin + ": " + e.what());
+  }
   Get(t, "train", "epochs", &epochs, origin);
   Get(t, "train", "max_steps", &max_steps, origin);
   Get(t, "train", "lr", &lr, origin);
@@ -214,7 +246,7 @@ std::string TrainConfig::ToToml() const {
                            {"size", size}, {"runs", runs}, {"frames", frames},
                            {"seed", int64_t(data_seed)}}},
       {"model", toml::table{{"hidden", hidden}, {"sigma", sigma},
-                            {"dynamics", DynamicsKindName(dynamics)}}},
+                            {"model", ModelKindName(model)}}},
       {"train", toml::table{{"epochs", epochs},
                             {"max_steps", max_steps},
                             {"lr", lr},

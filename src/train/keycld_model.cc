@@ -1,5 +1,7 @@
 #include "keycld/train/keycld_model.h"
 
+#include <string>
+
 #include "keycld/dynamics/constraints.h"
 #include "keycld/util/error.h"
 
@@ -24,14 +26,32 @@ void ModelSpec::Validate() const {
   if (!(sigma > 0) || !(dt > 0)) throw InputError("sigma and dt must be > 0");
 }
 
+std::string DescribeModel(const ModelSpec& spec) {
+  const char* what = spec.model == ModelKind::kKeycld     ? "constrained Lagrangian"
+                     : spec.model == ModelKind::kKeycldNc ? "Lagrangian without constraints"
+                                                          : "black-box second-order ODE";
+  return ModelKindName(spec.model) + " (" + what + "), " + EnvNameString(spec.env) +
+         ", h = " + std::to_string(spec.hidden) + ", " + std::to_string(spec.image_size) +
+         " px, " + std::to_string(spec.action_dim) + " actuator(s)";
+}
+
 KeycldModelImpl::KeycldModelImpl(const ModelSpec& spec) : spec_(spec) {
   spec_.Validate();
   const int K = spec.num_keypoints;
+  // Estimator and renderer first: the same seed gives them the same weights in every variant.
   estimator = register_module("estimator", KeypointEstimator(K, spec.hidden));
   renderer = register_module(
       "renderer", Renderer(K, spec.hidden, spec.image_size, spec.image_size, spec.sigma));
+  if (spec.model == ModelKind::kNode2) {
+    ode = register_module("ode", SecondOrderOde(K, spec.action_dim, spec.hidden));
+    dynamics_ = std::make_shared<FunctionDynamics>(
+        [o = ode](const torch::Tensor& x, const torch::Tensor& xdot,
+                  const torch::Tensor& u) mutable { return o->forward(x, xdot, u); });
+    return;
+  }
   potential = register_module("potential", PotentialEnergy(K, spec.hidden));
-  input_matrix = register_module("input_matrix", keycld::InputMatrix(K, spec.action_dim, spec.hidden));
+  input_matrix =
+      register_module("input_matrix", keycld::InputMatrix(K, spec.action_dim, spec.hidden));
   mass = register_module("mass", MassMatrix(K));
   // The energy model reads the modules through their holders (shared ownership).
   auto energy = std::make_shared<FunctionalEnergyModel>(FunctionalEnergyModel::Functions{
@@ -44,10 +64,37 @@ KeycldModelImpl::KeycldModelImpl(const ModelSpec& spec) : spec_(spec) {
       },
       .mass_scalars = [m = mass]() { return m->m(); },
   });
-  auto constraints = spec.dynamics == DynamicsKind::kConstrained
+  auto constraints = spec.model == ModelKind::kKeycld
                          ? HolonomicConstraints::ForEnvironment(spec.env)
                          : HolonomicConstraints::None(K);
   dynamics_ = std::make_shared<LagrangianDynamics>(std::move(constraints), energy);
+}
+
+torch::Device KeycldModelImpl::device() const {
+  return estimator->parameters().front().device();
+}
+
+void KeycldModelImpl::RequireEnergy(const char* what) const {
+  if (!HasEnergy()) {
+    throw InputError(std::string("a ") + ModelKindName(spec_.model) + " model has no " + what +
+                     ": its dynamics are a black-box network (only keycld and keycld-nc models " +
+                     "learn M, V and B)");
+  }
+}
+
+torch::Tensor KeycldModelImpl::MassDiagonal() {
+  RequireEnergy("mass matrix");
+  return mass->Diagonal();
+}
+
+torch::Tensor KeycldModelImpl::Potential(const torch::Tensor& x) {
+  RequireEnergy("potential energy");
+  return potential->forward(x);
+}
+
+torch::Tensor KeycldModelImpl::InputMatrix(const torch::Tensor& x) {
+  RequireEnergy("input matrix");
+  return input_matrix->forward(x);
 }
 
 Encoding KeycldModelImpl::Encode(const torch::Tensor& images, const torch::Tensor& transform_ids) {
@@ -60,6 +107,7 @@ torch::Tensor KeycldModelImpl::Render(const torch::Tensor& keypoints) {
 }
 
 torch::Tensor KeycldModelImpl::PotentialGradient(const torch::Tensor& x) {
+  RequireEnergy("potential energy");
   return keycld::PotentialGradient(potential, x);
 }
 
@@ -85,10 +133,14 @@ std::vector<torch::Tensor> KeycldModelImpl::PerceptionParameters() {
   return p;
 }
 
+std::vector<std::shared_ptr<torch::nn::Module>> KeycldModelImpl::DynamicsModules() {
+  if (spec_.model == ModelKind::kNode2) return {ode.ptr()};
+  return {potential.ptr(), input_matrix.ptr(), mass.ptr()};
+}
+
 std::vector<torch::Tensor> KeycldModelImpl::DynamicsParameters() {
   std::vector<torch::Tensor> p;
-  for (auto* m : std::initializer_list<torch::nn::Module*>{potential.get(), input_matrix.get(),
-                                                           mass.get()}) {
+  for (const auto& m : DynamicsModules()) {
     auto q = m->parameters();
     p.insert(p.end(), q.begin(), q.end());
   }
@@ -96,15 +148,11 @@ std::vector<torch::Tensor> KeycldModelImpl::DynamicsParameters() {
 }
 
 DoublePrecisionDynamics::DoublePrecisionDynamics(KeycldModel model) : model_(std::move(model)) {
-  model_->potential->to(torch::kFloat64);
-  model_->input_matrix->to(torch::kFloat64);
-  model_->mass->to(torch::kFloat64);
+  for (const auto& m : model_->DynamicsModules()) m->to(torch::kFloat64);
 }
 
 DoublePrecisionDynamics::~DoublePrecisionDynamics() {
-  model_->potential->to(torch::kFloat32);
-  model_->input_matrix->to(torch::kFloat32);
-  model_->mass->to(torch::kFloat32);
+  for (const auto& m : model_->DynamicsModules()) m->to(torch::kFloat32);
 }
 
 }  // namespace keycld

@@ -108,6 +108,36 @@ torch::Device ResolveDevice(const std::string& name) {
   return device;
 }
 
+PreparedDataset PrepareDataset(const TrainConfig& config, GlBackend gl, bool progress) {
+  PreparedDataset out;
+  out.path = config.DataFile();
+  if (config.data.empty() && (config.size % 4 != 0 || config.frames < config.horizon + 2)) {
+    throw InputError("[data] size must be a multiple of 4 and frames ≥ horizon + 2 = " +
+                     std::to_string(config.horizon + 2) + " to train on the data set");
+  }
+  if (fs::exists(out.path)) return out;
+  if (!config.data.empty() && config.env.empty()) {
+    throw IoError("data set not found: '" + out.path.string() + "'");
+  }
+  GenerateOptions g;
+  g.env = ParseEnvName(config.env);
+  g.control = ParseControlMode(config.control);
+  g.size = config.size;
+  g.runs = config.runs;
+  g.frames = config.frames;
+  g.seed = config.data_seed;
+  g.out_dir = out.path.parent_path().empty() ? fs::path(".") : out.path.parent_path();
+  g.gl = gl;
+  g.progress = progress;
+  if (DatasetPath(g).lexically_normal() != out.path.lexically_normal()) {
+    throw InputError("[data] file '" + out.path.string() + "' does not exist and is not " +
+                     "the name keycld generate gives ('" + DatasetPath(g).string() + "')");
+  }
+  out.generation = GenerateDataset(g);
+  out.generated = true;
+  return out;
+}
+
 TrainSummary Train(const TrainOptions& options) {
   const TrainConfig& cfg = options.config;
   cfg.Validate();
@@ -162,9 +192,14 @@ TrainSummary Train(const TrainOptions& options) {
   spec.image_size = info.size;
   spec.sigma = cfg.sigma;
   spec.dt = info.dt;
-  spec.dynamics = cfg.dynamics;
+  spec.model = cfg.model;
   KeycldModel model(spec);
   model->to(device);
+  if (!options.quiet) {
+    std::printf("%s %s on %s\n", options.resume ? "resuming" : "training",
+                DescribeModel(spec).c_str(), data_file.c_str());
+    std::fflush(stdout);
+  }
 
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(model->PerceptionParameters(),

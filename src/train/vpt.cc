@@ -44,7 +44,7 @@ KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& fir
   CheckActions(spec, actions, R, "PredictKeypoints");
   if (frames < 2) throw InputError("PredictKeypoints: at least 2 frames, got " +
                                    std::to_string(frames));
-  const torch::Device device = model->mass->m().device();
+  const torch::Device device = model->device();
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
@@ -108,35 +108,48 @@ VptResult VptFromMse(const torch::Tensor& mse, double epsilon) {
   return result;
 }
 
+torch::Tensor PredictionMse(KeycldModel& model, const torch::Tensor& keypoints,
+                            const torch::Tensor& images, int64_t render_chunk) {
+  const ModelSpec& spec = model->spec();
+  CheckImages(spec, images, 1, "PredictionMse");
+  const int64_t R = images.size(0), N = images.size(1), K = spec.num_keypoints;
+  if (keypoints.dim() != 4 || keypoints.size(0) != R || keypoints.size(1) != N ||
+      keypoints.size(2) != K || keypoints.size(3) != 2) {
+    throw InputError("PredictionMse: keypoints must be [" + std::to_string(R) + ", " +
+                     std::to_string(N) + ", " + std::to_string(K) + ", 2] like the images");
+  }
+  if (render_chunk < 1) throw InputError("PredictionMse: render_chunk must be ≥ 1");
+  const torch::Device device = model->device();
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  torch::Tensor flat = keypoints.to(device, torch::kFloat32).reshape({R * N, K, 2});
+  torch::Tensor truth_all = images.reshape({R * N, spec.image_size, spec.image_size, 3});
+  std::vector<torch::Tensor> mse_chunks;
+  for (int64_t s = 0; s < R * N; s += render_chunk) {
+    const int64_t e = std::min(R * N, s + render_chunk);
+    torch::Tensor rendered = model->Render(flat.slice(0, s, e));
+    torch::Tensor truth = ImagesToFloat(truth_all.slice(0, s, e), device);
+    mse_chunks.push_back((rendered - truth).square().mean({1, 2, 3}));
+  }
+  if (was_training) model->train();
+  return torch::cat(mse_chunks).reshape({R, N}).to(torch::kCPU, torch::kFloat64);
+}
+
 VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
                               const torch::Tensor& actions, const VptOptions& options) {
   const ModelSpec& spec = model->spec();
   CheckImages(spec, images, 3, "ValidPredictionTime");
-  const int64_t R = images.size(0), N = images.size(1), K = spec.num_keypoints;
+  const int64_t R = images.size(0), N = images.size(1);
   CheckActions(spec, actions, R, "ValidPredictionTime");
   IntegratorOptions io;
   io.rtol = options.rtol;
   io.atol = options.atol;
   io.max_steps = options.max_steps;
-  KeypointPrediction p =
-      PredictKeypoints(model, images.slice(1, 0, 3), actions, N, options.method, io);
-  const torch::Device device = model->mass->m().device();
-  torch::NoGradGuard no_grad;
-  const bool was_training = model->is_training();
-  model->eval();
-
-  // Render and score, in chunks of frames.
-  torch::Tensor flat = p.keypoints.reshape({R * N, K, 2});
-  std::vector<torch::Tensor> mse_chunks;
-  for (int64_t s = 0; s < R * N; s += options.render_chunk) {
-    int64_t e = std::min(R * N, s + options.render_chunk);
-    torch::Tensor rendered = model->Render(flat.slice(0, s, e));
-    torch::Tensor truth = ImagesToFloat(
-        images.reshape({R * N, spec.image_size, spec.image_size, 3}).slice(0, s, e), device);
-    mse_chunks.push_back((rendered - truth).square().mean({1, 2, 3}));
-  }
-  if (was_training) model->train();
-  VptResult result = VptFromMse(torch::cat(mse_chunks).reshape({R, N}), options.epsilon);
+  KeypointPrediction p = PredictKeypoints(model, images.slice(1, 0, 3), actions, N,
+                                          options.method, io);
+  VptResult result =
+      VptFromMse(PredictionMse(model, p.keypoints, images, options.render_chunk), options.epsilon);
   result.predicted = p.keypoints;
   result.accepted_steps = p.accepted_steps;
   result.rejected_steps = p.rejected_steps;

@@ -28,6 +28,7 @@ struct PredictOptions {
 
 struct PredictionOutput {
   std::filesystem::path gif, csv, mse_plot;
+  std::string model;         // the checkpoint's model (DescribeModel): variant, env, sizes
   int dataset_run = 0;       // the run's index in the data set
   int frames = 0;            // F
   int stored_frames = 0;     // ground-truth frames read from the data set (min(F, N))

@@ -14,7 +14,9 @@
 namespace keycld {
 
 inline constexpr const char* kCheckpointFormat = "keycld-checkpoint";
-inline constexpr int64_t kCheckpointVersion = 1;
+/// Version 2 names the model variant ("model": keycld | keycld-nc | node2); version 1 (before
+/// variants) said "dynamics": constrained | unconstrained and is still read.
+inline constexpr int64_t kCheckpointVersion = 2;
 
 /// Where training stands: enough to continue bit for bit.
 struct TrainPosition {
@@ -30,8 +32,8 @@ struct TrainPosition {
 void SaveCheckpoint(const std::filesystem::path& file, KeycldModel& model,
                     torch::optim::Optimizer* optimizer, const TrainPosition& position);
 
-/// Reads the model spec of a checkpoint. Throws IoError (missing) or FormatError (corrupt,
-/// foreign, other version), naming the file.
+/// Reads the model spec of a checkpoint (versions 1 and 2). Throws IoError (missing) or
+/// FormatError (corrupt, foreign, unknown version), naming the file.
 ModelSpec ReadCheckpointSpec(const std::filesystem::path& file);
 
 /// Loads a model onto `device` from a checkpoint file, or from a run folder (its

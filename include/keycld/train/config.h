@@ -9,13 +9,23 @@
 
 namespace keycld {
 
-/// Which dynamics the model learns (KEYCLD.md §5, §9).
-enum class DynamicsKind {
-  kConstrained,    // KeyCLD: constrained Lagrangian
-  kUnconstrained,  // KeyCLD-NC ablation: ẍ = M⁻¹ f
+/// The model variant: they share the keypoint estimator, the renderer and the losses and differ
+/// only in the dynamics (KEYCLD.md §5, §9).
+enum class ModelKind {
+  kKeycld,    // "keycld": constrained Lagrangian, ẍ = M⁻¹ (f − Dᵀ λ)
+  kKeycldNc,  // "keycld-nc": the same Lagrangian without constraints, ẍ = M⁻¹ f
+  kNode2,     // "node2": black-box second-order neural ODE ẍ = g(x, ẋ, u)
 };
-DynamicsKind ParseDynamicsKind(const std::string& name);
-std::string DynamicsKindName(DynamicsKind kind);
+/// Parses "keycld" | "keycld-nc" | "node2"; throws InputError otherwise.
+ModelKind ParseModelKind(const std::string& name);
+/// The name ParseModelKind reads ("keycld", "keycld-nc", "node2").
+std::string ModelKindName(ModelKind kind);
+/// Reads the `dynamics` value of configurations and checkpoints written before model variants
+/// existed: "constrained" → keycld, "unconstrained" → keycld-nc; throws InputError otherwise.
+ModelKind ModelKindFromLegacyDynamics(const std::string& dynamics);
+/// All variants, in the order of the paper's table.
+inline constexpr ModelKind kAllModelKinds[] = {ModelKind::kKeycld, ModelKind::kKeycldNc,
+                                               ModelKind::kNode2};
 
 /// Every setting of a training run. Defaults are the paper's (KEYCLD.md §3, §6).
 struct TrainConfig {
@@ -29,12 +39,14 @@ struct TrainConfig {
   // [model]
   int hidden = 32;                  // h
   double sigma = 0.1;               // Gaussian map width, normalized units
-  DynamicsKind dynamics = DynamicsKind::kConstrained;
+  ModelKind model = ModelKind::kKeycld;  // `model = "keycld"`; the old key `dynamics =
+                                         // "constrained" | "unconstrained"` is still read
   // [train]
   int epochs = 40;
   int64_t max_steps = 0;            // stop after this many steps in total (0 = no limit)
   double lr = 3e-4;                 // estimator and renderer
-  double dynamics_lr_scale = 0.2;   // mass, potential, input matrix: lr · scale
+  double dynamics_lr_scale = 0.2;   // dynamics parameters (mass, potential, input matrix;
+                                    // NODE2's network): lr · scale
   double grad_clip = 5.0;           // element-wise clip before Adam
   std::string lr_schedule = "constant";  // constant (the paper) | cosine: both learning rates
                                     // decay as ½(1 + cos(π·step/total)) to lr_final_scale × lr

@@ -1,18 +1,27 @@
-// The whole KeyCLD model (KEYCLD.md §1, §3, §5): keypoint estimator, renderer, and the
-// learned constrained Lagrangian (mass matrix, potential energy, input matrix, holonomic
-// constraints), with the operations later commands reuse: encode, render, energy terms,
-// rollout. Saved to and loaded from checkpoints (checkpoint.h).
+// The whole KeyCLD model (KEYCLD.md §1, §3, §5): keypoint estimator, renderer, and the learned
+// dynamics, with the operations later commands reuse: encode, render, energy terms, rollout.
+// Saved to and loaded from checkpoints (checkpoint.h).
+//
+// Three variants (ModelKind, KEYCLD.md §9) share everything but the dynamics, each an
+// implementation of the one interface Dynamics (dynamics/dynamics.h):
+//   keycld     LagrangianDynamics with the environment's holonomic constraints (KEYCLD.md §4, §5);
+//   keycld-nc  LagrangianDynamics with HolonomicConstraints::None: ẍ = M⁻¹ (−∇V + B u);
+//   node2      FunctionDynamics around SecondOrderOde: ẍ = g(x, ẋ, u), an MLP with no energy.
+// The estimator and renderer are built first, so one seed gives the same estimator and renderer
+// weights in every variant.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "keycld/dynamics/integrators.h"
 #include "keycld/dynamics/lagrangian.h"
 #include "keycld/model/keypoint_estimator.h"
 #include "keycld/model/mechanics.h"
+#include "keycld/model/neural_ode.h"
 #include "keycld/model/renderer.h"
 #include "keycld/sim/environment.h"
 #include "keycld/train/config.h"
@@ -28,7 +37,7 @@ struct ModelSpec {
   int image_size = 64;     // H = W
   double sigma = 0.1;      // Gaussian map width
   double dt = 0.02;        // frame interval (s)
-  DynamicsKind dynamics = DynamicsKind::kConstrained;
+  ModelKind model = ModelKind::kKeycld;
 
   /// Throws InputError for inconsistent values (size not a multiple of 4, h not a multiple of
   /// 8 or smaller than K, ...).
@@ -37,6 +46,10 @@ struct ModelSpec {
 
 /// Number of keypoints of an environment (KEYCLD.md §4).
 int KeypointCount(EnvName env);
+
+/// One line naming a model, e.g. "keycld (constrained Lagrangian), pendulum, h = 16, 32 px,
+/// 1 actuator(s)"; what the commands print about a checkpoint.
+std::string DescribeModel(const ModelSpec& spec);
 
 /// Encoded frames.
 struct Encoding {
@@ -56,19 +69,28 @@ class KeycldModelImpl : public torch::nn::Module {
   /// Keypoints [T, K, 2] → images [T, 3, H, W] in (0, 1).
   torch::Tensor Render(const torch::Tensor& keypoints);
 
-  /// Mass matrix diagonal [2K] (M = diag(m₁², m₁², …)).
-  torch::Tensor MassDiagonal() { return mass->Diagonal(); }
+  /// The variant (KEYCLD.md §9).
+  ModelKind kind() const { return spec_.model; }
+  /// True for the Lagrangian variants (keycld, keycld-nc), which have a mass matrix, a potential
+  /// energy and an input matrix; false for node2.
+  bool HasEnergy() const { return spec_.model != ModelKind::kNode2; }
+  /// The device of the model's parameters.
+  torch::Device device() const;
+
+  /// Mass matrix diagonal [2K] (M = diag(m₁², m₁², …)). Throws InputError for node2 (as do the
+  /// three methods below): see HasEnergy().
+  torch::Tensor MassDiagonal();
   /// Potential energy V(x): x [B, 2K] → [B].
-  torch::Tensor Potential(const torch::Tensor& x) { return potential->forward(x); }
+  torch::Tensor Potential(const torch::Tensor& x);
   /// ∇V(x): [B, 2K] → [B, 2K].
   torch::Tensor PotentialGradient(const torch::Tensor& x);
   /// Input matrix B(x): [B, 2K] → [B, 2K, A].
-  torch::Tensor InputMatrix(const torch::Tensor& x) { return input_matrix->forward(x); }
-  /// ẍ = g(x, ẋ, u) of the model's dynamics (constrained, or unconstrained for KeyCLD-NC):
-  /// x, ẋ [B, 2K], u [A] or [B, A] → [B, 2K].
+  torch::Tensor InputMatrix(const torch::Tensor& x);
+  /// ẍ = g(x, ẋ, u) of the model's dynamics (constrained for keycld, M⁻¹ f for keycld-nc, the
+  /// network for node2): x, ẋ [B, 2K], u [A] or [B, A] → [B, 2K].
   torch::Tensor Acceleration(const torch::Tensor& x, const torch::Tensor& xdot,
                              const torch::Tensor& u);
-  /// ẋ ← ẋ − D⁺ D ẋ (identity without constraints), [B, 2K].
+  /// ẋ ← ẋ − D⁺ D ẋ for keycld; the identity for keycld-nc and node2. [B, 2K].
   torch::Tensor ProjectVelocity(const torch::Tensor& x, const torch::Tensor& xdot);
   /// Integrates the learned dynamics from (x₀, ẋ₀) [B, 2K] with constant u [A] or [B, A] to
   /// `times` (s, times[0] = start). Returns x, ẋ [B, T, 2K] and step counts.
@@ -78,24 +100,35 @@ class KeycldModelImpl : public torch::nn::Module {
 
   /// Estimator and renderer parameters (learning rate lr).
   std::vector<torch::Tensor> PerceptionParameters();
-  /// Mass, potential and input-matrix parameters (learning rate lr · dynamics_lr_scale).
+  /// The dynamics parameters (learning rate lr · dynamics_lr_scale): mass, potential and input
+  /// matrix, or node2's network.
   std::vector<torch::Tensor> DynamicsParameters();
+  /// The modules holding DynamicsParameters().
+  std::vector<std::shared_ptr<torch::nn::Module>> DynamicsModules();
+
+  /// The model's dynamics (valid as long as the model).
+  Dynamics& dynamics() { return *dynamics_; }
 
   KeypointEstimator estimator{nullptr};
   Renderer renderer{nullptr};
+  // keycld and keycld-nc (null for node2):
   PotentialEnergy potential{nullptr};
   keycld::InputMatrix input_matrix{nullptr};
   MassMatrix mass{nullptr};
+  // node2 (null otherwise):
+  SecondOrderOde ode{nullptr};
 
  private:
+  void RequireEnergy(const char* what) const;
+
   ModelSpec spec_;
-  std::shared_ptr<LagrangianDynamics> dynamics_;
+  std::shared_ptr<Dynamics> dynamics_;
 };
 TORCH_MODULE(KeycldModel);
 
-/// While alive, the potential, input matrix and mass of `model` are float64, so that
-/// Dormand–Prince can meet tolerances near 1e-8 (evaluation). Restores float32 exactly
-/// (float32 → float64 → float32 is lossless).
+/// While alive, the dynamics modules of `model` (potential, input matrix and mass, or node2's
+/// network) are float64, so that Dormand–Prince can meet tolerances near 1e-8 (evaluation).
+/// Restores float32 exactly (float32 → float64 → float32 is lossless).
 class DoublePrecisionDynamics {
  public:
   explicit DoublePrecisionDynamics(KeycldModel model);

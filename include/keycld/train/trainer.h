@@ -7,9 +7,27 @@
 #include <torch/torch.h>
 
 #include "keycld/data/dataset.h"
+#include "keycld/data/generate.h"
 #include "keycld/train/config.h"
 
 namespace keycld {
+
+/// The data set of a training config, found or generated.
+struct PreparedDataset {
+  std::filesystem::path path;
+  bool generated = false;       // written by this call
+  GenerateResult generation;    // when generated: time and rate
+};
+
+/// Finds the data set `config` names (TrainConfig::DataFile) or, when the file is missing,
+/// generates it with the protocol of KEYCLD.md §7 from [data] env, control, size, runs, frames
+/// and seed, with `gl` and a progress bar when `progress` (and stderr is a terminal).
+/// Throws InputError (no data set named; a generated set the model could not train on: size
+/// not a multiple of 4 or frames < horizon + 2; a [data] file that is not the name keycld
+/// generate gives), IoError (a named file missing and no env to generate it) and what
+/// GenerateDataset throws.
+PreparedDataset PrepareDataset(const TrainConfig& config, GlBackend gl = GlBackend::kAuto,
+                               bool progress = true);
 
 struct TrainOptions {
   TrainConfig config;

@@ -47,6 +47,12 @@ KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& fir
 /// guard is alive (the projection then runs in float64).
 PhaseState InitialStateFromEstimates(KeycldModel& model, const torch::Tensor& x);
 
+/// Per-frame MSE [R, N] (float64, CPU) between the frames rendered from predicted keypoints
+/// [R, N, K, 2] and the true images uint8 [R, N, H, W, 3] (per pixel and channel, images in
+/// [0, 1]), rendering `render_chunk` frames at a time. Throws InputError for mismatched shapes.
+torch::Tensor PredictionMse(KeycldModel& model, const torch::Tensor& keypoints,
+                            const torch::Tensor& images, int64_t render_chunk = 128);
+
 /// VPT of each run from its per-frame MSE [R, N] (float64 on the CPU): the index of the first
 /// frame whose MSE exceeds ε, N − 1 if none (KEYCLD.md §8). Also fills mean, std (population)
 /// and median. Throws InputError for a tensor that is not [R ≥ 1, N ≥ 1].

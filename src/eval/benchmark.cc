@@ -1,0 +1,615 @@
+#include "keycld/eval/benchmark.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include "keycld/eval/plot.h"
+#include "keycld/train/checkpoint.h"
+#include "keycld/train/trainer.h"
+#include "keycld/train/vpt.h"
+#include "keycld/util/atomic_file.h"
+#include "keycld/util/error.h"
+#include "keycld/util/progress.h"
+
+namespace keycld {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kCellFormat = "keycld-benchmark-cell";
+constexpr int kCellVersion = 1;
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+void Stats(const std::vector<int>& v, double* mean, double* std, double* median) {
+  *mean = *std = *median = 0;
+  if (v.empty()) return;
+  const double n = double(v.size());
+  double sum = 0, sq = 0;
+  for (int x : v) sum += x;
+  *mean = sum / n;
+  for (int x : v) sq += (x - *mean) * (x - *mean);
+  *std = std::sqrt(sq / n);
+  std::vector<int> s = v;
+  std::sort(s.begin(), s.end());
+  const size_t m = s.size();
+  *median = m % 2 ? s[m / 2] : 0.5 * (s[m / 2 - 1] + s[m / 2]);
+}
+
+std::string CellName(EnvName env, ControlMode control, ModelKind model, int seed) {
+  return EnvNameString(env) + "-" + ControlModeString(control) + "-" + ModelKindName(model) +
+         "-seed" + std::to_string(seed);
+}
+
+std::string SettingName(EnvName env, ControlMode control) {
+  return EnvNameString(env) + "-" + ControlModeString(control);
+}
+
+// Validation images uint8 [R, N, H, W, 3] and actions float [R, A] of runs [begin, end).
+void LoadValidation(const Dataset& data, const std::vector<int64_t>& runs, size_t begin, size_t end,
+                    torch::Tensor* images, torch::Tensor* actions) {
+  const DatasetInfo& info = data.info();
+  const int64_t R = int64_t(end - begin), N = info.frames, S = info.size;
+  *images = torch::empty({R, N, S, S, 3}, torch::kUInt8);
+  *actions = torch::empty({R, info.nu}, torch::kFloat32);
+  for (size_t i = begin; i < end; ++i) {
+    auto img = data.ReadImages(int(runs[i]));
+    std::memcpy((*images)[int64_t(i - begin)].data_ptr(), img.data(), img.size());
+    auto u = data.ReadAction(int(runs[i]));
+    for (int a = 0; a < info.nu; ++a) (*actions)[int64_t(i - begin)][a] = float(u[a]);
+  }
+}
+
+// VPT of one run from a fixed-step RK4 rollout, frames invalid from the first non-finite
+// keypoint on; 0 if the rollout throws.
+int FallbackVpt(KeycldModel& model, const torch::Tensor& images, const torch::Tensor& actions,
+                double epsilon) {
+  try {
+    IntegratorOptions io;
+    io.substeps = 10;
+    io.check_finite = false;
+    const int64_t N = images.size(1);
+    KeypointPrediction p =
+        PredictKeypoints(model, images.slice(1, 0, 3), actions, N, IntegratorMethod::kRk4, io);
+    torch::Tensor finite = torch::isfinite(p.keypoints).flatten(2).all(2).to(torch::kCPU);
+    torch::Tensor kp =
+        torch::where(torch::isfinite(p.keypoints), p.keypoints, torch::zeros_like(p.keypoints));
+    torch::Tensor mse = PredictionMse(model, kp, images);
+    mse = torch::where(finite, mse, torch::full_like(mse, std::nan("")));
+    return VptFromMse(mse, epsilon).vpt.at(0);
+  } catch (const NumericalError&) {
+    return 0;
+  }
+}
+
+json CellToJson(const BenchmarkCell& c, const TrainConfig& cfg, const DatasetInfo& info,
+                const fs::path& data_file) {
+  json j = {{"format", kCellFormat},
+            {"version", kCellVersion},
+            {"env", EnvNameString(c.env)},
+            {"control", ControlModeString(c.control)},
+            {"model", ModelKindName(c.model)},
+            {"seed", c.seed},
+            {"epochs", c.epochs},
+            {"steps", c.steps},
+            {"failed", c.failed},
+            {"error", c.error},
+            {"data", data_file.string()},
+            {"vpt_epsilon", info.vpt_epsilon},
+            {"rtol", cfg.rtol},
+            {"atol", cfg.atol},
+            {"vpt", c.vpt},
+            {"vpt_mean", c.vpt_mean},
+            {"vpt_std", c.vpt_std},
+            {"vpt_median", c.vpt_median},
+            {"validation_runs", c.vpt.size()},
+            {"fallback_runs", c.fallback_runs},
+            {"train_seconds", c.train_seconds},
+            {"eval_seconds", c.eval_seconds}};
+  return j;
+}
+
+// The cell's cached result, if result.json exists and was computed for this configuration.
+bool ReadCachedCell(const fs::path& file, const TrainConfig& cfg, const fs::path& data_file,
+                    BenchmarkCell* cell) {
+  if (!fs::exists(file)) return false;
+  std::ifstream in(file);
+  json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || j.value("format", "") != kCellFormat ||
+      j.value("version", 0) != kCellVersion) {
+    return false;  // unreadable or foreign: recompute (it is rewritten atomically)
+  }
+  try {
+    if (j.at("env") != EnvNameString(cell->env) ||
+        j.at("control") != ControlModeString(cell->control) ||
+        j.at("model") != ModelKindName(cell->model) || j.at("seed") != cell->seed ||
+        j.at("epochs") != cfg.epochs || j.at("rtol") != cfg.rtol || j.at("atol") != cfg.atol ||
+        j.at("data") != data_file.string()) {
+      return false;
+    }
+    cell->epochs = j.at("epochs");
+    cell->steps = j.at("steps");
+    cell->failed = j.at("failed");
+    cell->error = j.at("error");
+    cell->vpt = j.at("vpt").get<std::vector<int>>();
+    cell->vpt_mean = j.at("vpt_mean");
+    cell->vpt_std = j.at("vpt_std");
+    cell->vpt_median = j.at("vpt_median");
+    cell->fallback_runs = j.at("fallback_runs");
+    cell->train_seconds = j.at("train_seconds");
+    cell->eval_seconds = j.at("eval_seconds");
+  } catch (const json::exception&) {
+    return false;
+  }
+  cell->cached = true;
+  return true;
+}
+
+// Sum of the step times of epochs 1 … epochs in a run's metrics.jsonl.
+double TrainSeconds(const fs::path& metrics, int epochs) {
+  std::ifstream in(metrics);
+  double total = 0;
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || j.value("type", "") != "step") continue;
+    if (j.value("epoch", 0) <= epochs) total += j.value("seconds", 0.0);
+  }
+  return total;
+}
+
+// The settings of a saved run that must equal the wanted ones (everything but the schedule
+// and where it runs).
+std::string Comparable(TrainConfig c) {
+  c.epochs = 0;
+  c.max_steps = 0;
+  c.threads = 0;
+  c.device = "cpu";
+  return c.ToToml();
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+void WriteResultsChart(const fs::path& png, const std::vector<BenchmarkRow>& rows,
+                       const std::string& title) {
+  std::vector<std::pair<EnvName, ControlMode>> settings;
+  std::vector<ModelKind> models;
+  for (const BenchmarkRow& r : rows) {
+    auto key = std::make_pair(r.env, r.control);
+    if (std::find(settings.begin(), settings.end(), key) == settings.end()) {
+      settings.push_back(key);
+    }
+    if (std::find(models.begin(), models.end(), r.model) == models.end()) {
+      models.push_back(r.model);
+    }
+  }
+  if (rows.empty()) throw InputError("WriteResultsChart: no rows");
+  std::vector<std::string> categories;
+  for (auto [env, control] : settings) {
+    categories.push_back(EnvNameString(env) + " " + ControlModeString(control));
+  }
+  std::vector<PlotSeries> series;
+  double top = 1;
+  for (ModelKind m : models) {
+    PlotSeries s;
+    s.label = ModelKindName(m);
+    for (size_t c = 0; c < settings.size(); ++c) {
+      double mean = 0, std = 0;
+      for (const BenchmarkRow& r : rows) {
+        if (r.model == m && r.env == settings[c].first && r.control == settings[c].second) {
+          mean = r.vpt_mean;
+          std = r.vpt_std;
+        }
+      }
+      s.x.push_back(double(c));
+      s.y.push_back(mean);
+      s.y_err.push_back(std);
+      top = std::max(top, mean + std);
+    }
+    series.push_back(std::move(s));
+  }
+  PlotOptions o;
+  o.title = title;
+  o.x_label = "setting";
+  o.y_label = "VPT (frames), mean ± std";
+  o.y_min = 0.0;
+  o.y_max = 1.1 * top;
+  WriteBarChart(png, categories, series, o);
+}
+
+fs::path ResolvePresetFolder(const std::string& preset) {
+  if (preset.empty()) throw InputError("--preset must not be empty");
+  if (fs::is_directory(preset)) return preset;
+  const fs::path named = fs::path("configs") / preset;
+  if (fs::is_directory(named)) return named;
+  throw InputError("preset '" + preset + "' is neither a folder nor one of configs/ (" +
+                   "paper, cpu-quick; run from the repository root)");
+}
+
+ValidationScore ValidationVpt(KeycldModel& model, const Dataset& data, double rtol, double atol,
+                              int batch) {
+  const DatasetInfo& info = data.info();
+  const std::vector<int64_t> runs = data.ValidationRuns();
+  if (runs.empty()) throw InputError("'" + data.path().string() + "' has no validation runs");
+  if (batch < 1) throw InputError("evaluation batch must be ≥ 1");
+  VptOptions vo;
+  vo.epsilon = info.vpt_epsilon;
+  vo.rtol = rtol;
+  vo.atol = atol;
+  ValidationScore score;
+  for (size_t b = 0; b < runs.size(); b += size_t(batch)) {
+    const size_t e = std::min(runs.size(), b + size_t(batch));
+    torch::Tensor images, actions;
+    LoadValidation(data, runs, b, e, &images, &actions);
+    try {
+      VptResult r = ValidPredictionTime(model, images, actions, vo);
+      score.vpt.insert(score.vpt.end(), r.vpt.begin(), r.vpt.end());
+      continue;
+    } catch (const NumericalError&) {
+      if (e - b == 1) {
+        ++score.fallback_runs;
+        score.vpt.push_back(FallbackVpt(model, images, actions, vo.epsilon));
+        continue;
+      }
+    }
+    // One run at a time, so that one diverging run does not take the batch with it.
+    for (int64_t i = 0; i < int64_t(e - b); ++i) {
+      torch::Tensor im = images.slice(0, i, i + 1), ac = actions.slice(0, i, i + 1);
+      try {
+        score.vpt.push_back(ValidPredictionTime(model, im, ac, vo).vpt.at(0));
+      } catch (const NumericalError&) {
+        ++score.fallback_runs;
+        score.vpt.push_back(FallbackVpt(model, im, ac, vo.epsilon));
+      }
+    }
+  }
+  Stats(score.vpt, &score.mean, &score.std, &score.median);
+  return score;
+}
+
+std::vector<BenchmarkRow> SummarizeCells(const std::vector<BenchmarkCell>& cells) {
+  std::vector<BenchmarkRow> rows;
+  std::vector<std::vector<int>> pooled;
+  std::vector<double> seconds;
+  for (const BenchmarkCell& c : cells) {
+    size_t i = 0;
+    while (i < rows.size() &&
+           !(rows[i].env == c.env && rows[i].control == c.control && rows[i].model == c.model)) {
+      ++i;
+    }
+    if (i == rows.size()) {
+      BenchmarkRow r;
+      r.env = c.env;
+      r.control = c.control;
+      r.model = c.model;
+      rows.push_back(r);
+      pooled.emplace_back();
+      seconds.push_back(0);
+    }
+    if (c.failed) {
+      ++rows[i].failed_seeds;
+      continue;
+    }
+    ++rows[i].seeds;
+    rows[i].fallback_runs += c.fallback_runs;
+    pooled[i].insert(pooled[i].end(), c.vpt.begin(), c.vpt.end());
+    seconds[i] += c.train_seconds;
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].runs = int(pooled[i].size());
+    Stats(pooled[i], &rows[i].vpt_mean, &rows[i].vpt_std, &rows[i].vpt_median);
+    rows[i].train_seconds = rows[i].seeds > 0 ? seconds[i] / rows[i].seeds : 0;
+  }
+  return rows;
+}
+
+std::string ResultsCsv(const std::vector<BenchmarkRow>& rows) {
+  std::ostringstream s;
+  s << "env,control,model,seeds,runs,vpt_mean,vpt_std,vpt_median,train_seconds,failed_seeds,"
+       "fallback_runs\n";
+  for (const BenchmarkRow& r : rows) {
+    s << EnvNameString(r.env) << "," << ControlModeString(r.control) << ","
+      << ModelKindName(r.model) << "," << r.seeds << "," << r.runs << "," << Fixed(r.vpt_mean, 4)
+      << "," << Fixed(r.vpt_std, 4) << "," << Fixed(r.vpt_median, 1) << ","
+      << Fixed(r.train_seconds, 1) << "," << r.failed_seeds << "," << r.fallback_runs << "\n";
+  }
+  return s.str();
+}
+
+std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResult& result) {
+  std::ostringstream s;
+  s << "# Valid prediction time: KeyCLD and its ablations\n\n";
+  if (!options.command.empty()) s << "`" << options.command << "`\n\n";
+  s << "VPT in frames (KEYCLD.md §8): for each validation run, the number of frames predicted "
+       "from its first three before the rendered prediction's per-pixel MSE exceeds the data "
+       "set's ε; mean ± standard deviation over the validation runs of all seeds. The best mean "
+       "of each setting is in bold.\n\n";
+  // The wide table: one row per setting, one column per model.
+  std::vector<ModelKind> models;
+  std::vector<std::pair<EnvName, ControlMode>> settings;
+  for (const BenchmarkRow& r : result.rows) {
+    if (std::find(models.begin(), models.end(), r.model) == models.end()) {
+      models.push_back(r.model);
+    }
+    auto key = std::make_pair(r.env, r.control);
+    if (std::find(settings.begin(), settings.end(), key) == settings.end()) {
+      settings.push_back(key);
+    }
+  }
+  s << "| setting |";
+  for (ModelKind m : models) s << " " << ModelKindName(m) << " |";
+  s << "\n| --- |";
+  for (size_t i = 0; i < models.size(); ++i) s << " --- |";
+  s << "\n";
+  for (auto [env, control] : settings) {
+    double best = -1;
+    for (const BenchmarkRow& r : result.rows) {
+      if (r.env == env && r.control == control && r.runs > 0) best = std::max(best, r.vpt_mean);
+    }
+    s << "| " << EnvNameString(env) << " " << ControlModeString(control) << " |";
+    for (ModelKind m : models) {
+      std::string cell = "–";
+      for (const BenchmarkRow& r : result.rows) {
+        if (r.env != env || r.control != control || r.model != m) continue;
+        if (r.runs == 0) {
+          cell = "failed";
+        } else {
+          cell = Fixed(r.vpt_mean, 1) + " ± " + Fixed(r.vpt_std, 1);
+          if (r.vpt_mean == best) cell = "**" + cell + "**";
+        }
+      }
+      s << " " << cell << " |";
+    }
+    s << "\n";
+  }
+  s << "\n## Details\n\n"
+       "| env | control | model | seeds | runs | VPT mean | std | median | training s per "
+       "seed |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const BenchmarkRow& r : result.rows) {
+    s << "| " << EnvNameString(r.env) << " | " << ControlModeString(r.control) << " | "
+      << ModelKindName(r.model) << " | " << r.seeds;
+    if (r.failed_seeds > 0) s << " (+" << r.failed_seeds << " failed)";
+    s << " | " << r.runs << " | " << Fixed(r.vpt_mean, 2) << " | " << Fixed(r.vpt_std, 2) << " | "
+      << Fixed(r.vpt_median, 1) << " | " << Fixed(r.train_seconds, 0) << " |\n";
+  }
+  double train = 0, eval = 0;
+  int cached = 0;
+  for (const BenchmarkCell& c : result.cells) {
+    train += c.train_seconds;
+    eval += c.eval_seconds;
+    cached += c.cached;
+  }
+  s << "\nTraining seconds are the summed step times of a cell's run (without the per-epoch "
+       "validation). All cells: training "
+    << FormatDuration(train) << ", evaluation " << FormatDuration(eval) << "; this invocation took "
+    << FormatDuration(result.seconds) << " of wall time (" << cached << " of "
+    << result.cells.size() << " cells were already finished).\n";
+  if (!result.notes.empty()) {
+    s << "\nNotes:\n";
+    for (const std::string& n : result.notes) s << "- " << n << "\n";
+  }
+  return s.str();
+}
+
+BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (options.seeds < 1)
+    throw InputError("--seeds must be ≥ 1, got " + std::to_string(options.seeds));
+  if (options.epochs < 0) throw InputError("--epochs must be ≥ 1");
+  if (options.threads < 0) throw InputError("--threads must be ≥ 0");
+  if (options.envs.empty() || options.controls.empty() || options.models.empty()) {
+    throw InputError("--envs, --controls and --models must name at least one each");
+  }
+  const fs::path presets = ResolvePresetFolder(options.preset);
+  const fs::path out = options.out.empty()
+                           ? fs::path("runs") / ("benchmark-" + presets.filename().string())
+                           : options.out;
+  BenchmarkResult result;
+  // Settings first, so that a bad preset is reported before hours of training.
+  struct Setting {
+    EnvName env;
+    ControlMode control;
+    TrainConfig config;
+  };
+  std::vector<Setting> settings;
+  for (EnvName env : options.envs) {
+    for (ControlMode control : options.controls) {
+      try {
+        CheckControlMode(env, control);
+      } catch (const InputError& e) {
+        result.notes.push_back("skipped " + SettingName(env, control) + ": " + e.what());
+        continue;
+      }
+      const fs::path file = presets / (SettingName(env, control) + ".toml");
+      if (!fs::exists(file)) {
+        throw InputError("preset folder '" + presets.string() + "' has no " +
+                         file.filename().string());
+      }
+      TrainConfig c = TrainConfig::FromToml(file);
+      if (!c.env.empty() && c.env != EnvNameString(env)) {
+        throw InputError("'" + file.string() + "' is for " + c.env + ", not " + EnvNameString(env));
+      }
+      c.env = EnvNameString(env);
+      if (c.data.empty() && c.control != ControlModeString(control)) {
+        throw InputError("'" + file.string() + "' says [data] control = \"" + c.control +
+                         "\", not " + ControlModeString(control));
+      }
+      c.control = ControlModeString(control);
+      if (options.epochs > 0) c.epochs = options.epochs;
+      c.max_steps = 0;
+      if (options.threads > 0) c.threads = options.threads;
+      if (!options.device.empty()) c.device = options.device;
+      c.Validate();
+      settings.push_back({env, control, c});
+    }
+  }
+  if (settings.empty()) throw InputError("no valid (environment, control) combination selected");
+  for (const auto& n : result.notes) {
+    if (!options.quiet) std::printf("%s\n", n.c_str());
+  }
+
+  const int total = int(settings.size() * options.models.size()) * options.seeds;
+  int index = 0;
+  for (const Setting& setting : settings) {
+    PreparedDataset prepared = PrepareDataset(setting.config, options.gl, options.progress);
+    if (prepared.generated && !options.quiet) {
+      std::printf("wrote %s in %.1f s\n", prepared.path.c_str(), prepared.generation.seconds);
+    }
+    Dataset data = Dataset::Open(prepared.path);
+    if (data.info().env != setting.env || data.info().control != setting.control) {
+      throw InputError("'" + prepared.path.string() + "' is a " +
+                       SettingName(data.info().env, data.info().control) + " data set, not " +
+                       SettingName(setting.env, setting.control));
+    }
+    for (ModelKind model : options.models) {
+      for (int seed = 0; seed < options.seeds; ++seed) {
+        ++index;
+        BenchmarkCell cell;
+        cell.env = setting.env;
+        cell.control = setting.control;
+        cell.model = model;
+        cell.seed = seed;
+        cell.dir = out / CellName(setting.env, setting.control, model, seed);
+        TrainConfig cfg = setting.config;
+        cfg.model = model;
+        cfg.seed = uint64_t(seed);
+        cell.epochs = cfg.epochs;
+        const std::string label = "[" + std::to_string(index) + "/" + std::to_string(total) + "] " +
+                                  CellName(setting.env, setting.control, model, seed);
+        const fs::path result_file = cell.dir / "result.json";
+        if (ReadCachedCell(result_file, cfg, prepared.path, &cell)) {
+          if (!options.quiet) {
+            std::printf(
+                "%s: finished before (%s)\n", label.c_str(),
+                cell.failed
+                    ? "failed"
+                    : ("VPT " + Fixed(cell.vpt_mean, 2) + " ± " + Fixed(cell.vpt_std, 2)).c_str());
+          }
+          result.cells.push_back(cell);
+          continue;
+        }
+        // Train (or resume) up to the wanted epoch, unless its checkpoint exists.
+        char epoch_name[32];
+        std::snprintf(epoch_name, sizeof epoch_name, "epoch-%04d.pt", cfg.epochs);
+        const fs::path checkpoint = cell.dir / "checkpoints" / epoch_name;
+        const fs::path last = cell.dir / "checkpoints" / "last.pt";
+        const bool started = fs::exists(last);
+        if (started) {
+          TrainConfig saved = TrainConfig::FromToml(cell.dir / "config.toml");
+          if (Comparable(saved) != Comparable(cfg)) {
+            throw InputError("'" + cell.dir.string() + "' was trained with another " +
+                             "configuration than preset '" + options.preset +
+                             "' asks for now: remove the folder or choose another --out");
+          }
+        }
+        if (!fs::exists(checkpoint)) {
+          if (!options.quiet) {
+            std::printf("%s: %s (%d epochs) in %s\n", label.c_str(),
+                        started ? "resuming training" : "training", cfg.epochs, cell.dir.c_str());
+            std::fflush(stdout);
+          }
+          TrainOptions t;
+          t.config = cfg;
+          t.run_dir = cell.dir;
+          t.resume = started;
+          t.progress = options.progress;
+          t.quiet = options.quiet;
+          try {
+            Train(t);
+          } catch (const NumericalError& e) {
+            cell.failed = true;
+            cell.error = e.what();
+          }
+        }
+        if (!cell.failed && !fs::exists(checkpoint)) {
+          throw IoError("training of '" + cell.dir.string() + "' ended without " +
+                        checkpoint.string());
+        }
+        cell.train_seconds = TrainSeconds(cell.dir / "metrics.jsonl", cfg.epochs);
+        if (!cell.failed) {
+          const auto eval_start = std::chrono::steady_clock::now();
+          const int threads = cfg.threads > 0
+                                  ? cfg.threads
+                                  : int(std::max(1u, std::thread::hardware_concurrency()));
+          torch::set_num_threads(threads);
+          torch::Device device(torch::kCPU);
+          try {
+            device = torch::Device(cfg.device);
+          } catch (const c10::Error&) {
+            throw InputError("unknown device '" + cfg.device + "' (expected cpu, cuda or cuda:N)");
+          }
+          KeycldModel m(ReadCheckpointSpec(checkpoint));
+          m->to(device);
+          TrainPosition pos;
+          LoadCheckpoint(checkpoint, m, nullptr, &pos);
+          cell.steps = pos.step;
+          ValidationScore score = ValidationVpt(m, data, cfg.rtol, cfg.atol, options.eval_batch);
+          cell.vpt = score.vpt;
+          cell.vpt_mean = score.mean;
+          cell.vpt_std = score.std;
+          cell.vpt_median = score.median;
+          cell.fallback_runs = score.fallback_runs;
+          cell.eval_seconds = Seconds(eval_start);
+        }
+        WriteTextAtomically(result_file,
+                            CellToJson(cell, cfg, data.info(), prepared.path).dump(2) + "\n");
+        if (!options.quiet) {
+          if (cell.failed) {
+            std::printf("%s: failed: %s\n", label.c_str(), cell.error.c_str());
+          } else {
+            std::printf(
+                "%s: VPT %.2f ± %.2f frames (median %.1f, %zu runs), training %s, "
+                "evaluation %s\n",
+                label.c_str(), cell.vpt_mean, cell.vpt_std, cell.vpt_median, cell.vpt.size(),
+                FormatDuration(cell.train_seconds).c_str(),
+                FormatDuration(cell.eval_seconds).c_str());
+          }
+          std::fflush(stdout);
+        }
+        result.cells.push_back(cell);
+      }
+    }
+  }
+
+  for (const BenchmarkCell& c : result.cells) {
+    if (c.failed) {
+      result.notes.push_back(CellName(c.env, c.control, c.model, c.seed) + " failed: " + c.error);
+    } else if (c.fallback_runs > 0) {
+      result.notes.push_back(CellName(c.env, c.control, c.model, c.seed) + ": " +
+                             std::to_string(c.fallback_runs) +
+                             " validation run(s) diverged under Dormand–Prince and were scored "
+                             "with fixed-step RK4");
+    }
+  }
+  result.rows = SummarizeCells(result.cells);
+  result.csv = out / "results.csv";
+  result.markdown = out / "results.md";
+  WriteTextAtomically(result.csv, ResultsCsv(result.rows));
+  result.png = out / "results.png";
+  WriteResultsChart(result.png, result.rows,
+                    "Valid prediction time, preset " + presets.filename().string());
+  result.seconds = Seconds(start);
+  WriteTextAtomically(result.markdown, ResultsMarkdown(options, result));
+  return result;
+}
+
+}  // namespace keycld

@@ -1,0 +1,266 @@
+// keycld benchmark (KEYCLD.md §8, §9): pooled statistics by hand, the CSV layout, and the
+// command on a tiny data set: table rows, a VPT recomputed independently with a threshold set
+// in the data file, finished cells skipped on a rerun, more epochs resumed, bad presets refused.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "keycld/data/dataset.h"
+#include "keycld/data/generate.h"
+#include "keycld/eval/benchmark.h"
+#include "keycld/train/checkpoint.h"
+#include "keycld/train/vpt.h"
+#include "keycld/util/error.h"
+#include "test_util.h"
+
+namespace keycld {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string ReadText(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+BenchmarkCell Cell(ModelKind model, int seed, std::vector<int> vpt, double train_seconds,
+                   bool failed = false) {
+  BenchmarkCell c;
+  c.env = EnvName::kCartpole;
+  c.control = ControlMode::kUnder;
+  c.model = model;
+  c.seed = seed;
+  c.vpt = std::move(vpt);
+  c.train_seconds = train_seconds;
+  c.failed = failed;
+  return c;
+}
+
+TEST(Benchmark, RowsPoolTheValidationRunsOfAllSeeds) {
+  std::vector<BenchmarkCell> cells = {
+      Cell(ModelKind::kKeycld, 0, {10, 20}, 100),
+      Cell(ModelKind::kNode2, 0, {3}, 50),
+      Cell(ModelKind::kKeycld, 1, {30, 40}, 300),
+      Cell(ModelKind::kNode2, 1, {}, 70, /*failed=*/true),
+  };
+  std::vector<BenchmarkRow> rows = SummarizeCells(cells);
+  ASSERT_EQ(rows.size(), 2u);
+  // keycld: runs {10, 20, 30, 40}: mean 25, population std sqrt(125), median 25.
+  EXPECT_EQ(rows[0].model, ModelKind::kKeycld);
+  EXPECT_EQ(rows[0].seeds, 2);
+  EXPECT_EQ(rows[0].runs, 4);
+  EXPECT_DOUBLE_EQ(rows[0].vpt_mean, 25.0);
+  EXPECT_DOUBLE_EQ(rows[0].vpt_std, std::sqrt(125.0));
+  EXPECT_DOUBLE_EQ(rows[0].vpt_median, 25.0);
+  EXPECT_DOUBLE_EQ(rows[0].train_seconds, 200.0);  // mean over seeds
+  // node2: one seed failed and is left out of the statistics.
+  EXPECT_EQ(rows[1].seeds, 1);
+  EXPECT_EQ(rows[1].failed_seeds, 1);
+  EXPECT_EQ(rows[1].runs, 1);
+  EXPECT_DOUBLE_EQ(rows[1].vpt_mean, 3.0);
+  EXPECT_DOUBLE_EQ(rows[1].train_seconds, 50.0);
+  const auto csv = Lines(ResultsCsv(rows));
+  ASSERT_EQ(csv.size(), 3u);
+  EXPECT_EQ(csv[0],
+            "env,control,model,seeds,runs,vpt_mean,vpt_std,vpt_median,train_seconds,"
+            "failed_seeds,fallback_runs");
+  EXPECT_EQ(csv[1], "cartpole,under,keycld,2,4,25.0000,11.1803,25.0,200.0,0,0");
+  EXPECT_EQ(csv[2], "cartpole,under,node2,1,1,3.0000,0.0000,3.0,50.0,1,0");
+  // The chart is a PNG.
+  testing::TempDir dir;
+  WriteResultsChart(dir / "r.png", rows, "test");
+  EXPECT_EQ(ReadText(dir / "r.png").substr(1, 3), "PNG");
+  EXPECT_THROW(WriteResultsChart(dir / "none.png", {}, "test"), InputError);
+}
+
+void SetEpsilon(const fs::path& file, double epsilon) {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t a = H5Aopen(f, "vpt_epsilon", H5P_DEFAULT);
+  ASSERT_GE(a, 0);
+  EXPECT_GE(H5Awrite(a, H5T_NATIVE_DOUBLE, &epsilon), 0);
+  H5Aclose(a);
+  H5Fclose(f);
+}
+
+TEST(Benchmark, CommandWritesTheTableSkipsFinishedCellsAndResumes) {
+  testing::TempDir dir;
+  fs::create_directories(dir / "configs/tiny");
+  const std::string preset =
+      "[data]\nenv = \"pendulum\"\ncontrol = \"none\"\nsize = 16\nruns = 6\nframes = 8\n"
+      "[model]\nhidden = 8\n[train]\nepochs = 3\nthreads = 2\n"
+      "[eval]\nval_runs = 1\nrtol = 1e-6\natol = 1e-6\n";
+  std::ofstream(dir / "configs/tiny/pendulum-none.toml") << preset;
+  const std::string args =
+      "benchmark --preset tiny --envs pendulum --controls none,under --models keycld,node2 "
+      "--epochs 1";
+  std::string out;
+  ASSERT_EQ(testing::RunCli(args, &out, dir.path()), 0) << out;
+  const fs::path root = dir / "runs/benchmark-tiny";
+  const fs::path node2 = root / "pendulum-none-node2-seed0";
+  EXPECT_NE(out.find("skipped pendulum-under"), std::string::npos) << out;
+  // Table rows: one per model, one validation run each (6 runs: 5 train, 1 validation).
+  auto csv = Lines(ReadText(root / "results.csv"));
+  ASSERT_EQ(csv.size(), 3u) << ReadText(root / "results.csv");
+  EXPECT_EQ(csv[1].rfind("pendulum,none,keycld,1,1,", 0), 0u) << csv[1];
+  EXPECT_EQ(csv[2].rfind("pendulum,none,node2,1,1,", 0), 0u) << csv[2];
+  const std::string md = ReadText(root / "results.md");
+  EXPECT_NE(md.find("| setting | keycld | node2 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| pendulum none |"), std::string::npos) << md;
+  EXPECT_NE(md.find("skipped pendulum-under"), std::string::npos) << md;
+  EXPECT_EQ(ReadText(root / "results.png").substr(1, 3), "PNG");
+  // --epochs overrides the preset: one epoch of 5 steps, the cell's model is node2.
+  EXPECT_TRUE(fs::exists(node2 / "checkpoints/epoch-0001.pt"));
+  EXPECT_FALSE(fs::exists(node2 / "checkpoints/epoch-0002.pt"));
+  EXPECT_EQ(ReadCheckpointSpec(node2 / "checkpoints/last.pt").model, ModelKind::kNode2);
+  json cell = json::parse(ReadText(node2 / "result.json"));
+  EXPECT_EQ(cell["steps"], 5);
+  EXPECT_EQ(cell["model"], "node2");
+
+  // A threshold between the frame errors of the trained model, written into the data file:
+  // the benchmark's VPT must be the first frame above it, found here by hand.
+  const fs::path data_file = dir / "data/pendulum-none-16px-6x8-seed0.h5";
+  double epsilon = 0;
+  std::vector<double> mse;
+  {
+    Dataset d = Dataset::Open(data_file);
+    const int run = int(d.ValidationRuns().at(0));
+    auto images =
+        torch::from_blob(d.ReadImages(run).data(), {1, 8, 16, 16, 3}, torch::kUInt8).clone();
+    auto actions = torch::tensor({float(d.ReadAction(run).at(0))}).reshape({1, 1});
+    KeycldModel model = LoadModel(node2 / "checkpoints/epoch-0001.pt", torch::kCPU);
+    VptOptions o;
+    o.epsilon = 1e9;
+    o.rtol = o.atol = 1e-6;
+    torch::Tensor m = ValidPredictionTime(model, images, actions, o).mse[0];
+    for (int t = 0; t < 8; ++t) mse.push_back(m[t].item<double>());
+    std::vector<double> sorted = mse;
+    std::sort(sorted.begin(), sorted.end());
+    epsilon = 0.5 * (sorted[3] + sorted[4]);  // half of the frames above it
+  }
+  int expected = 7;
+  for (int t = 0; t < 8; ++t) {
+    if (mse[t] > epsilon) {
+      expected = t;
+      break;
+    }
+  }
+  SetEpsilon(data_file, epsilon);
+  fs::remove(node2 / "result.json");
+  const auto last_time = fs::last_write_time(node2 / "checkpoints/last.pt");
+  ASSERT_EQ(testing::RunCli(args, &out, dir.path()), 0) << out;
+  // Nothing was trained again; keycld was read back, node2 re-evaluated.
+  EXPECT_EQ(out.find(": training ("), std::string::npos) << out;
+  EXPECT_EQ(out.find(": resuming training"), std::string::npos) << out;
+  EXPECT_NE(out.find("pendulum-none-keycld-seed0: finished before"), std::string::npos) << out;
+  EXPECT_EQ(fs::last_write_time(node2 / "checkpoints/last.pt"), last_time);
+  cell = json::parse(ReadText(node2 / "result.json"));
+  EXPECT_EQ(cell["vpt"], std::vector<int>{expected}) << "mse " << json(mse) << " eps " << epsilon;
+  EXPECT_DOUBLE_EQ(cell["vpt_epsilon"].get<double>(), epsilon);
+  csv = Lines(ReadText(root / "results.csv"));
+  EXPECT_EQ(csv[2].rfind("pendulum,none,node2,1,1," + std::to_string(expected) + ".0000,", 0), 0u)
+      << csv[2];
+  // A third run recomputes nothing.
+  ASSERT_EQ(testing::RunCli(args, &out, dir.path()), 0) << out;
+  EXPECT_NE(out.find("pendulum-none-node2-seed0: finished before"), std::string::npos) << out;
+  EXPECT_NE(out.find("2 of 2 cells were already finished"), std::string::npos) << out;
+
+  // More epochs: the cells resume from their checkpoints.
+  ASSERT_EQ(testing::RunCli(
+                "benchmark --preset tiny --envs pendulum --controls none --models node2 --epochs 2",
+                &out, dir.path()),
+            0)
+      << out;
+  EXPECT_NE(out.find("resuming training"), std::string::npos) << out;
+  cell = json::parse(ReadText(node2 / "result.json"));
+  EXPECT_EQ(cell["steps"], 10);
+  EXPECT_EQ(cell["epochs"], 2);
+
+  // A cell folder trained with another configuration is refused; so are unknown presets.
+  std::ofstream(dir / "configs/tiny/pendulum-none.toml")
+      << "[data]\nenv = \"pendulum\"\nsize = 16\nruns = 6\nframes = 8\n[model]\nhidden = 16\n";
+  EXPECT_EQ(testing::RunCli(args, &out, dir.path()), 1) << out;
+  EXPECT_NE(out.find("another configuration"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunCli("benchmark --preset nowhere", &out, dir.path()), 1) << out;
+  EXPECT_EQ(
+      testing::RunCli("benchmark --preset tiny --envs pendulum --controls under", &out, dir.path()),
+      1)
+      << out;
+  EXPECT_EQ(testing::RunCli("benchmark --preset tiny --models node3", &out, dir.path()), 2) << out;
+}
+
+}  // namespace
+}  // namespace keycld
+
+namespace keycld {
+namespace {
+
+TEST(Benchmark, ValidationVptScoresDivergingRunsWithTheFallback) {
+  testing::TempDir dir;
+  GenerateOptions g;
+  g.runs = 20;  // 2 validation runs
+  g.frames = 8;
+  g.size = 16;
+  g.out_dir = dir.path();
+  g.progress = false;
+  const fs::path file = GenerateDataset(g).path;
+  SetEpsilon(file, 1e9);  // every rendered frame is valid: only divergence ends the VPT
+  Dataset data = Dataset::Open(file);
+  ModelSpec spec;
+  spec.hidden = 8;
+  spec.image_size = 16;
+  spec.dt = data.info().dt;
+  spec.model = ModelKind::kNode2;
+  torch::manual_seed(1);
+  KeycldModel model(spec);
+  // Batches of 1 and of 2 runs: every frame valid, nothing diverges.
+  ValidationScore one = ValidationVpt(model, data, 1e-6, 1e-6, 1);
+  ValidationScore two = ValidationVpt(model, data, 1e-6, 1e-6, 2);
+  EXPECT_EQ(one.vpt, (std::vector<int>{7, 7}));
+  EXPECT_EQ(two.vpt, one.vpt);
+  EXPECT_EQ(one.fallback_runs, 0);
+  // A network whose acceleration explodes: Dormand–Prince gives up on both runs, and the
+  // fallback counts the frames before the first non-finite keypoint of a fine RK4 rollout.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->DynamicsParameters()) p.normal_(0.0, 30.0);
+  }
+  ValidationScore bad = ValidationVpt(model, data, 1e-6, 1e-6, 2);
+  EXPECT_EQ(bad.fallback_runs, 2);
+  std::vector<int> expected;
+  for (int64_t run : data.ValidationRuns()) {
+    auto images =
+        torch::from_blob(data.ReadImages(int(run)).data(), {1, 8, 16, 16, 3}, torch::kUInt8)
+            .clone();
+    IntegratorOptions io;
+    io.substeps = 10;
+    io.check_finite = false;
+    torch::Tensor kp = PredictKeypoints(model, images.slice(1, 0, 3), torch::zeros({1, 1}), 8,
+                                        IntegratorMethod::kRk4, io)
+                           .keypoints[0];
+    int first_bad = 7;
+    for (int t = 7; t >= 0; --t)
+      if (!torch::isfinite(kp[t]).all().item<bool>()) first_bad = t;
+    expected.push_back(first_bad);
+  }
+  EXPECT_EQ(bad.vpt, expected);
+  EXPECT_LT(expected[0] + expected[1], 14);  // the rollouts did diverge
+}
+
+}  // namespace
+}  // namespace keycld

@@ -1,0 +1,453 @@
+// The model variants keycld, keycld-nc and node2 (KEYCLD.md §5, §9): they share estimator,
+// renderer and losses and differ only in the dynamics. Checked against independent truths: the
+// unconstrained Euler–Lagrange equation with finite-difference ∇V, the constraint equation
+// D ẍ + h = 0, a hand-written MLP, finite-difference Jacobians, fine RK4 rollouts and checkpoints
+// written in the version-1 layout by hand.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "keycld/data/dataset.h"
+#include "keycld/data/generate.h"
+#include "keycld/dynamics/constraints.h"
+#include "keycld/train/checkpoint.h"
+#include "keycld/train/loss.h"
+#include "keycld/train/trainer.h"
+#include "keycld/train/vpt.h"
+#include "keycld/util/error.h"
+#include "test_util.h"
+
+namespace keycld {
+namespace {
+
+ModelSpec Spec(ModelKind kind, EnvName env = EnvName::kCartpole) {
+  ModelSpec s;
+  s.env = env;
+  s.num_keypoints = KeypointCount(env);
+  s.action_dim = env == EnvName::kPendulum ? 1 : 2;
+  s.hidden = 8;
+  s.image_size = 16;
+  s.dt = env == EnvName::kPendulum ? 0.02 : 0.01;
+  s.model = kind;
+  return s;
+}
+
+// Gives the dynamics parameters non-trivial values (the N(0, 0.01²) initialisation makes the
+// forces nearly zero), the same for every model of one kind and seed.
+void PerturbDynamics(KeycldModel& model, uint64_t seed, double std = 0.5) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  for (auto& p : model->DynamicsParameters()) p.normal_(0.0, std);
+  if (model->HasEnergy()) {
+    model->mass->m().copy_(torch::linspace(0.7, 1.3, model->mass->m().numel()));
+  }
+}
+
+// Cartpole states near the constraint manifold (KEYCLD.md §4): cart (c, 0), pole tip 0.5 away.
+torch::Tensor CartpoleStates(int64_t B, uint64_t seed) {
+  torch::manual_seed(seed);
+  auto opt = torch::TensorOptions().dtype(torch::kFloat64);
+  torch::Tensor c = torch::rand({B}, opt) - 0.5, th = (torch::rand({B}, opt) - 0.5) * 6.0;
+  return torch::stack({c, torch::zeros({B}, opt), c + 0.5 * th.sin(), 0.5 * th.cos()}, 1);
+}
+
+TEST(Variants, OneSeedGivesTheSameEstimatorAndRendererInEveryVariant) {
+  torch::manual_seed(5);
+  torch::Tensor images = torch::rand({3, 3, 16, 16});
+  torch::Tensor keypoints = torch::rand({3, 2, 2}) - 0.5;
+  std::vector<Encoding> enc;
+  std::vector<torch::Tensor> rendered;
+  for (ModelKind kind : kAllModelKinds) {
+    torch::manual_seed(11);
+    KeycldModel model(Spec(kind));
+    model->eval();
+    torch::NoGradGuard no_grad;
+    enc.push_back(model->Encode(images));
+    rendered.push_back(model->Render(keypoints));
+  }
+  for (size_t i = 1; i < enc.size(); ++i) {
+    EXPECT_TRUE(torch::equal(enc[i].keypoints, enc[0].keypoints)) << i;
+    EXPECT_TRUE(torch::equal(enc[i].heatmaps, enc[0].heatmaps)) << i;
+    EXPECT_TRUE(torch::equal(rendered[i], rendered[0])) << i;
+  }
+  // Another seed gives another estimator (the comparison above can fail).
+  torch::manual_seed(12);
+  KeycldModel other(Spec(ModelKind::kKeycld));
+  other->eval();
+  torch::NoGradGuard no_grad;
+  EXPECT_FALSE(torch::equal(other->Encode(images).keypoints, enc[0].keypoints));
+}
+
+TEST(Variants, ParametersSplitIntoPerceptionAndDynamicsWithTheDocumentedShapes) {
+  for (ModelKind kind : kAllModelKinds) {
+    KeycldModel model(Spec(kind));  // cartpole: K = 2, A = 2, h = 8
+    std::set<const void*> perception, dynamics, all;
+    for (auto& p : model->PerceptionParameters()) perception.insert(p.data_ptr());
+    for (auto& p : model->DynamicsParameters()) dynamics.insert(p.data_ptr());
+    for (auto& p : model->parameters()) all.insert(p.data_ptr());
+    for (const void* p : dynamics) EXPECT_FALSE(perception.count(p)) << ModelKindName(kind);
+    EXPECT_EQ(perception.size() + dynamics.size(), all.size()) << ModelKindName(kind);
+    std::set<std::string> dynamics_modules;
+    for (auto& item : model->named_parameters()) {
+      const std::string top = item.key().substr(0, item.key().find('.'));
+      if (top != "estimator" && top != "renderer") dynamics_modules.insert(top);
+    }
+    if (kind == ModelKind::kNode2) {
+      EXPECT_EQ(dynamics_modules, (std::set<std::string>{"ode"}));
+      // [x, ẋ, u] (4K + A = 10) → 2h → 2h → 2h → 2K (KEYCLD.md §9), and nothing else.
+      auto p = model->named_parameters();
+      EXPECT_EQ(p["ode.mlp.linear1.weight"].sizes(), (std::vector<int64_t>{16, 10}));
+      EXPECT_EQ(p["ode.mlp.linear2.weight"].sizes(), (std::vector<int64_t>{16, 16}));
+      EXPECT_EQ(p["ode.mlp.linear3.weight"].sizes(), (std::vector<int64_t>{16, 16}));
+      EXPECT_EQ(p["ode.mlp.linear4.weight"].sizes(), (std::vector<int64_t>{4, 16}));
+      EXPECT_EQ(p.find("ode.mlp.linear5.weight"), nullptr);
+      EXPECT_FALSE(model->HasEnergy());
+    } else {
+      EXPECT_EQ(dynamics_modules, (std::set<std::string>{"potential", "input_matrix", "mass"}));
+      EXPECT_TRUE(model->HasEnergy());
+    }
+  }
+}
+
+TEST(Variants, NcAccelerationIsTheUnconstrainedEulerLagrangeEquation) {
+  KeycldModel model(Spec(ModelKind::kKeycldNc));
+  PerturbDynamics(model, 3);
+  DoublePrecisionDynamics fp64(model);
+  torch::NoGradGuard no_grad;
+  const int64_t B = 6;
+  torch::Tensor x = CartpoleStates(B, 4);
+  torch::Tensor xdot = torch::randn({B, 4}, torch::kFloat64);
+  torch::Tensor u = torch::randn({B, 2}, torch::kFloat64);
+  // ∇V by central differences of V, B(x) u, M = diag(m₁², m₁², m₂², m₂²) from the scalars.
+  const double h = 1e-6;
+  torch::Tensor grad_v = torch::zeros({B, 4}, torch::kFloat64);
+  for (int j = 0; j < 4; ++j) {
+    torch::Tensor e = torch::zeros({4}, torch::kFloat64);
+    e[j] = h;
+    grad_v.select(1, j).copy_((model->Potential(x + e) - model->Potential(x - e)) / (2 * h));
+  }
+  torch::Tensor m = model->mass->m();
+  torch::Tensor mass = torch::stack({m[0], m[0], m[1], m[1]}).square();
+  torch::Tensor bu = torch::einsum("bia,ba->bi", {model->InputMatrix(x), u});
+  torch::Tensor expected = (-grad_v + bu) / mass;
+  torch::Tensor a = model->Acceleration(x, xdot, u);
+  EXPECT_GT(expected.abs().max().item<double>(), 0.1);  // a real force, not zero
+  EXPECT_TRUE(torch::allclose(a, expected, 1e-7, 1e-8)) << a << expected;
+  // No constraint forces: ẍ does not depend on ẋ, and velocities are not projected.
+  EXPECT_TRUE(torch::allclose(model->Acceleration(x, 3.0 * xdot + 1.0, u), a, 1e-12, 1e-12));
+  EXPECT_TRUE(torch::equal(model->ProjectVelocity(x, xdot), xdot));
+}
+
+TEST(Variants, KeycldAddsOnlyConstraintForcesAndKeepsTheConstraints) {
+  // The same seed gives keycld and keycld-nc the same weights (same parameter names).
+  KeycldModel nc(Spec(ModelKind::kKeycldNc)), kc(Spec(ModelKind::kKeycld));
+  PerturbDynamics(nc, 3);
+  PerturbDynamics(kc, 3);
+  DoublePrecisionDynamics fp64_nc(nc), fp64_kc(kc);
+  torch::NoGradGuard no_grad;
+  const int64_t B = 6;
+  torch::Tensor x = CartpoleStates(B, 5);
+  torch::Tensor xdot = torch::randn({B, 4}, torch::kFloat64);
+  torch::Tensor u = torch::randn({B, 2}, torch::kFloat64);
+  torch::Tensor a_nc = nc->Acceleration(x, xdot, u), a_kc = kc->Acceleration(x, xdot, u);
+  HolonomicConstraints phi = HolonomicConstraints::ForEnvironment(EnvName::kCartpole);
+  torch::Tensor D = phi.Jacobian(x), hc = phi.Curvature(x, xdot);  // [B, 2, 4], [B, 2]
+  auto residual = [&](const torch::Tensor& a) {
+    return (torch::einsum("bci,bi->bc", {D, a}) + hc).abs().max().item<double>();
+  };
+  EXPECT_LT(residual(a_kc), 1e-7);  // Φ̈ = D ẍ + h = 0 (Tikhonov ε = 1e-10)
+  EXPECT_GT(residual(a_nc), 1e-2);  // the unconstrained model does not keep Φ
+  // M (ẍ_keycld − ẍ_nc) = −Dᵀ λ lies in the span of the constraint gradients.
+  torch::Tensor mass = kc->MassDiagonal();
+  torch::Tensor r = (a_kc - a_nc) * mass;  // [B, 4]
+  torch::Tensor Dt = D.transpose(1, 2);    // [B, 4, 2]
+  torch::Tensor lambda = torch::linalg_solve(D.bmm(Dt), D.bmm(r.unsqueeze(2)));
+  torch::Tensor off_span = r - Dt.bmm(lambda).squeeze(2);
+  EXPECT_GT(r.abs().max().item<double>(), 1e-2);
+  EXPECT_LT(off_span.abs().max().item<double>(), 1e-9 * (1 + r.abs().max().item<double>()));
+  // The projection removes the velocity along D.
+  torch::Tensor v = kc->ProjectVelocity(x, xdot);
+  EXPECT_LT(torch::einsum("bci,bi->bc", {D, v}).abs().max().item<double>(), 1e-8);
+}
+
+TEST(Variants, Node2IsAThreeLayerCeluNetworkOfPositionVelocityAndAction) {
+  KeycldModel model(Spec(ModelKind::kNode2));
+  const int64_t B = 5;
+  torch::Tensor x = CartpoleStates(B, 6).to(torch::kFloat32);
+  torch::Tensor xdot = torch::randn({B, 4});
+  torch::Tensor u = torch::randn({B, 2});
+  // At the initialisation (weights N(0, 0.01²)) the acceleration already depends on ẋ and u.
+  {
+    torch::Tensor v = xdot.clone().requires_grad_(true), w = u.clone().requires_grad_(true);
+    torch::Tensor a = model->Acceleration(x, v, w);
+    auto g = torch::autograd::grad({a.sum()}, {v, w});
+    EXPECT_GT(g[0].abs().max().item<double>(), 0.0);
+    EXPECT_GT(g[1].abs().max().item<double>(), 0.0);
+  }
+  PerturbDynamics(model, 7, 0.3);
+  // The network by hand: three hidden CELU layers, linear output.
+  auto p = model->named_parameters();
+  auto layer = [&](int i, const torch::Tensor& in) {
+    const std::string n = "ode.mlp.linear" + std::to_string(i);
+    return in.matmul(p[n + ".weight"].t()) + p[n + ".bias"];
+  };
+  torch::NoGradGuard no_grad;
+  torch::Tensor hid = torch::cat({x, xdot, u}, 1);
+  for (int i = 1; i <= 3; ++i) hid = torch::celu(layer(i, hid));
+  torch::Tensor expected = layer(4, hid);
+  torch::Tensor a = model->Acceleration(x, xdot, u);
+  EXPECT_TRUE(torch::allclose(a, expected, 1e-5, 1e-6));
+  // A shared action [A] is broadcast; no action is u = 0.
+  EXPECT_TRUE(torch::allclose(model->Acceleration(x, xdot, u[0]),
+                              model->Acceleration(x, xdot, u[0].expand({B, 2})), 0, 0));
+  EXPECT_TRUE(torch::equal(model->Acceleration(x, xdot, {}),
+                           model->Acceleration(x, xdot, torch::zeros({B, 2}))));
+  EXPECT_THROW(model->Acceleration(x, xdot, torch::zeros({3})), InputError);
+  // No constraints: velocities are not projected. No energy: M, V, ∇V, B are refused.
+  EXPECT_TRUE(torch::equal(model->ProjectVelocity(x, xdot), xdot));
+  EXPECT_THROW(model->MassDiagonal(), InputError);
+  EXPECT_THROW(model->Potential(x), InputError);
+  EXPECT_THROW(model->PotentialGradient(x), InputError);
+  EXPECT_THROW(model->InputMatrix(x), InputError);
+}
+
+TEST(Variants, Node2JacobiansByAutogradMatchFiniteDifferences) {
+  KeycldModel model(Spec(ModelKind::kNode2));
+  PerturbDynamics(model, 8, 0.3);
+  DoublePrecisionDynamics fp64(model);
+  const int64_t B = 3;
+  torch::Tensor x = CartpoleStates(B, 9);
+  torch::Tensor xdot = torch::randn({B, 4}, torch::kFloat64);
+  torch::Tensor u = torch::randn({B, 2}, torch::kFloat64);
+  for (int which = 0; which < 2; ++which) {  // 0: ∂ẍ/∂ẋ [B, 4, 4], 1: ∂ẍ/∂u [B, 4, 2]
+    torch::Tensor in = (which == 0 ? xdot : u).clone().requires_grad_(true);
+    torch::Tensor a = which == 0 ? model->Acceleration(x, in, u) : model->Acceleration(x, xdot, in);
+    const int64_t n = in.size(1);
+    torch::Tensor jac = torch::zeros({B, 4, n}, torch::kFloat64);
+    for (int i = 0; i < 4; ++i) {
+      jac.select(1, i).copy_(
+          torch::autograd::grad({a.select(1, i).sum()}, {in}, {}, /*retain_graph=*/true)[0]);
+    }
+    torch::NoGradGuard no_grad;
+    torch::Tensor fd = torch::zeros_like(jac);
+    const double h = 1e-6;
+    for (int j = 0; j < n; ++j) {
+      torch::Tensor e = torch::zeros({n}, torch::kFloat64);
+      e[j] = h;
+      torch::Tensor base = in.detach();
+      auto acc = [&](const torch::Tensor& v) {
+        return which == 0 ? model->Acceleration(x, v, u) : model->Acceleration(x, xdot, v);
+      };
+      fd.select(2, j).copy_((acc(base + e) - acc(base - e)) / (2 * h));
+    }
+    EXPECT_GT(jac.abs().min().item<double>(), 1e-8) << which;  // every entry non-zero
+    EXPECT_TRUE(torch::allclose(jac, fd, 1e-6, 1e-9)) << which;
+  }
+}
+
+TEST(Variants, EveryVariantRollsOutInFloat64WithDormandPrince) {
+  for (ModelKind kind : kAllModelKinds) {
+    KeycldModel model(Spec(kind, EnvName::kPendulum));
+    PerturbDynamics(model, 10, 0.3);
+    torch::Tensor x0 = torch::tensor({{0.5 * std::sin(1.0), 0.5 * std::cos(1.0)}}, torch::kFloat64);
+    torch::Tensor v0 = torch::tensor({{0.4 * std::cos(1.0), -0.4 * std::sin(1.0)}},
+                                     torch::kFloat64);  // tangent to the circle
+    torch::Tensor u = torch::tensor({0.7}, torch::kFloat64);
+    std::vector<double> times;
+    for (int t = 0; t <= 10; ++t) times.push_back(0.02 * t);
+    {
+      DoublePrecisionDynamics fp64(model);
+      torch::NoGradGuard no_grad;
+      IntegratorOptions tight;
+      tight.rtol = tight.atol = 1e-11;
+      Trajectory dp = model->Rollout(x0, v0, u, times, IntegratorMethod::kDopri5, tight);
+      IntegratorOptions fine;
+      fine.substeps = 100;
+      Trajectory rk = model->Rollout(x0, v0, u, times, IntegratorMethod::kRk4, fine);
+      EXPECT_EQ(dp.x.scalar_type(), torch::kFloat64);
+      EXPECT_GT((dp.x[0][10] - x0[0]).abs().max().item<double>(), 1e-3) << ModelKindName(kind);
+      EXPECT_TRUE(torch::allclose(dp.x, rk.x, 0, 1e-9)) << ModelKindName(kind);
+      if (kind == ModelKind::kKeycld) {  // the point stays on its circle of radius 0.5
+        torch::Tensor radius = dp.x[0].norm(2, 1);
+        EXPECT_LT((radius - 0.5).abs().max().item<double>(), 1e-8);
+      }
+    }
+    // The dynamics modules are float32 again.
+    for (auto& p : model->DynamicsParameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat32);
+  }
+}
+
+// Writes `model` in the checkpoint layout of version 1 (before model variants), as the
+// keycld of that time did: "dynamics" = constrained | unconstrained.
+void SaveVersion1(const std::filesystem::path& file, KeycldModel& model,
+                  const std::string& dynamics) {
+  auto text = [](const std::string& s) {
+    auto t = torch::empty({int64_t(s.size())}, torch::kUInt8);
+    std::memcpy(t.data_ptr(), s.data(), s.size());
+    return t;
+  };
+  const ModelSpec& s = model->spec();
+  torch::serialize::OutputArchive root, m;
+  root.write("format", text("keycld-checkpoint"));
+  root.write("version", torch::tensor(int64_t(1)));
+  root.write("env", text(EnvNameString(s.env)));
+  root.write("dynamics", text(dynamics));
+  root.write("shape", torch::tensor(std::vector<int64_t>{s.num_keypoints, s.action_dim, s.hidden,
+                                                         s.image_size}));
+  root.write("sigma_dt", torch::tensor({s.sigma, s.dt}, torch::kFloat64));
+  model->save(m);
+  root.write("model", m);
+  root.write("position", torch::tensor(std::vector<int64_t>{7, 1, 2}));
+  root.write("order", torch::tensor(std::vector<int64_t>{1, 0}));
+  root.write("rng", text("0"));
+  root.save_to(file.string());
+}
+
+TEST(Variants, Version1CheckpointsAndOldConfigsStillLoad) {
+  testing::TempDir dir;
+  for (auto [dynamics, kind] : {std::pair{"constrained", ModelKind::kKeycld},
+                                std::pair{"unconstrained", ModelKind::kKeycldNc}}) {
+    torch::manual_seed(2);
+    KeycldModel old(Spec(kind));
+    PerturbDynamics(old, 4);
+    const auto file = dir / (std::string(dynamics) + ".pt");
+    SaveVersion1(file, old, dynamics);
+    EXPECT_EQ(ReadCheckpointSpec(file).model, kind);
+    KeycldModel loaded = LoadModel(file, torch::kCPU);
+    EXPECT_EQ(loaded->kind(), kind);
+    auto a = old->named_parameters(), b = loaded->named_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (auto& item : a) EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key();
+    TrainPosition pos;
+    LoadCheckpoint(file, loaded, nullptr, &pos);
+    EXPECT_EQ(pos.step, 7);
+  }
+  // The current layout names the variant; an unknown version is refused.
+  KeycldModel node2(Spec(ModelKind::kNode2));
+  SaveCheckpoint(dir / "node2.pt", node2, nullptr, {});
+  EXPECT_EQ(ReadCheckpointSpec(dir / "node2.pt").model, ModelKind::kNode2);
+  EXPECT_EQ(LoadModel(dir / "node2.pt", torch::kCPU)->kind(), ModelKind::kNode2);
+  // A node2 checkpoint does not resume into a keycld model.
+  KeycldModel keycld(Spec(ModelKind::kKeycld));
+  EXPECT_THROW(LoadCheckpoint(dir / "node2.pt", keycld, nullptr, nullptr), FormatError);
+  {
+    torch::serialize::OutputArchive future;
+    auto text = std::string("keycld-checkpoint");
+    auto t = torch::empty({int64_t(text.size())}, torch::kUInt8);
+    std::memcpy(t.data_ptr(), text.data(), text.size());
+    future.write("format", t);
+    future.write("version", torch::tensor(int64_t(3)));
+    future.save_to((dir / "v3.pt").string());
+  }
+  EXPECT_THROW(ReadCheckpointSpec(dir / "v3.pt"), FormatError);
+
+  // Configurations: the old key maps onto the variants; the new one is written.
+  TrainConfig c;
+  c.MergeToml("[model]\ndynamics = \"unconstrained\"\n", "old.toml");
+  EXPECT_EQ(c.model, ModelKind::kKeycldNc);
+  EXPECT_NE(c.ToToml().find("model = 'keycld-nc'"), std::string::npos) << c.ToToml();
+  EXPECT_EQ(c.ToToml().find("dynamics ="), std::string::npos);
+  c.MergeToml("[model]\nmodel = \"node2\"\n", "new.toml");
+  EXPECT_EQ(c.model, ModelKind::kNode2);
+  TrainConfig d;
+  d.MergeToml(c.ToToml(), "roundtrip");
+  EXPECT_EQ(d.model, ModelKind::kNode2);
+  EXPECT_THROW(d.MergeToml("[model]\nmodel = \"node3\"\n", "t"), InputError);
+  EXPECT_THROW(d.MergeToml("[model]\ndynamics = \"constrained\"\nmodel = \"node2\"\n", "t"),
+               InputError);
+  EXPECT_EQ(ParseModelKind("keycld-nc"), ModelKind::kKeycldNc);
+  EXPECT_THROW(ParseModelKind("unconstrained"), InputError);
+}
+
+// A tiny pendulum data set: 6 runs (5 train, 1 validation) of 10 frames at 16×16.
+std::filesystem::path TinyData(const std::filesystem::path& dir) {
+  GenerateOptions o;
+  o.env = EnvName::kPendulum;
+  o.runs = 6;
+  o.frames = 10;
+  o.size = 16;
+  o.seed = 3;
+  o.out_dir = dir;
+  o.progress = false;
+  return GenerateDataset(o).path;
+}
+
+class VariantTraining : public ::testing::TestWithParam<ModelKind> {};
+
+TEST_P(VariantTraining, ATinyRunLowersTheLossAndValidates) {
+  testing::TempDir dir;
+  const auto data = TinyData(dir.path());
+  TrainOptions t;
+  t.config.data = data;
+  t.config.model = GetParam();
+  t.config.hidden = 8;
+  t.config.epochs = 2;
+  t.config.lr = 3e-3;
+  t.config.threads = 2;
+  t.config.val_runs = 1;
+  t.config.rtol = t.config.atol = 1e-6;
+  t.run_dir = dir / "run";
+  t.progress = false;
+  t.quiet = true;
+  Dataset d = Dataset::Open(data);
+  torch::Tensor images = ImagesToFloat(
+      torch::from_blob(d.ReadImages(0).data(), {10, 16, 16, 3}, torch::kUInt8).clone(),
+      torch::kCPU);
+  auto loss_of = [&](KeycldModel model) {
+    torch::NoGradGuard g;
+    return SequenceLoss(model, images, torch::zeros({1}), {}, {}).total.item<double>();
+  };
+  torch::manual_seed(t.config.seed);
+  KeycldModel initial(Spec(GetParam(), EnvName::kPendulum));
+  const double before = loss_of(initial);
+  TrainSummary s = Train(t);
+  EXPECT_EQ(s.steps, 2 * 5);
+  KeycldModel trained = LoadModel(s.checkpoint, torch::kCPU);
+  EXPECT_EQ(trained->kind(), GetParam());
+  const double after = loss_of(trained);
+  EXPECT_LT(after, 0.8 * before) << "before " << before << ", after " << after;
+  EXPECT_GE(s.val_vpt_mean, 0.0);  // the validation rollout (Dormand–Prince, float64) ran
+  // The dynamics parameters were trained too.
+  auto init_dyn = initial->DynamicsParameters(), trained_dyn = trained->DynamicsParameters();
+  ASSERT_EQ(init_dyn.size(), trained_dyn.size());
+  EXPECT_FALSE(torch::equal(init_dyn[0], trained_dyn[0]));
+  // The run folder records the variant.
+  EXPECT_EQ(TrainConfig::FromToml(dir / "run/config.toml").model, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, VariantTraining,
+                         ::testing::Values(ModelKind::kKeycldNc, ModelKind::kNode2),
+                         [](const auto& info) {
+                           std::string n = ModelKindName(info.param);
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
+
+TEST(Variants, TrainCommandTakesTheModel) {
+  testing::TempDir dir;
+  const auto data = TinyData(dir.path());
+  std::string out;
+  ASSERT_EQ(testing::RunCli("train --data " + data.string() + " --out " + (dir / "run").string() +
+                                " --hidden 8 --steps 2 --threads 1 --model node2",
+                            &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("node2 (black-box second-order ODE)"), std::string::npos) << out;
+  EXPECT_EQ(ReadCheckpointSpec(dir / "run/checkpoints/last.pt").model, ModelKind::kNode2);
+  EXPECT_EQ(testing::RunCli("train --data " + data.string() + " --out " + (dir / "other").string() +
+                                " --model node3",
+                            &out),
+            2)
+      << out;
+  EXPECT_EQ(
+      testing::RunCli("train --out " + (dir / "run").string() + " --resume --model keycld", &out),
+      1)
+      << out;
+}
+
+}  // namespace
+}  // namespace keycld
