@@ -4,9 +4,13 @@
 #include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
@@ -50,10 +54,99 @@ void WritePng(const std::filesystem::path& path, std::span<const uint8_t> rgb, i
   file.Commit();
 }
 
+namespace {
+
+// A 256-colour palette for a whole animation: the 16 most frequent exact colours of a sample of
+// the frames (flat areas: backgrounds, markers, gaps) are kept exactly, the remaining 240 come
+// from giflib's median cut of the sample. `lut` maps 5-bit-per-channel colours to the nearest
+// palette entry.
+struct Palette {
+  std::vector<GifColorType> colors;  // 256
+  std::vector<GifByteType> lut;      // 32768
+};
+
+Palette FitPalette(const std::vector<std::span<const uint8_t>>& frames, size_t pixels) {
+  constexpr size_t kSample = size_t(1) << 18;
+  constexpr int kExact = 16, kColors = 256;
+  const size_t total = pixels * frames.size();
+  const size_t stride = std::max<size_t>(1, total / kSample);
+  std::vector<GifByteType> r, g, b;
+  std::unordered_map<uint32_t, int> counts;
+  for (size_t i = 0; i < total; i += stride) {
+    const uint8_t* p = frames[i / pixels].data() + (i % pixels) * 3;
+    r.push_back(p[0]);
+    g.push_back(p[1]);
+    b.push_back(p[2]);
+    ++counts[(uint32_t(p[0]) << 16) | (uint32_t(p[1]) << 8) | p[2]];
+  }
+  std::vector<std::pair<int, uint32_t>> frequent;
+  for (auto [colour, n] : counts) frequent.emplace_back(-n, colour);
+  std::sort(frequent.begin(), frequent.end());
+  Palette pal;
+  for (int i = 0; i < kExact && i < int(frequent.size()); ++i) {
+    uint32_t c = frequent[i].second;
+    pal.colors.push_back({GifByteType(c >> 16), GifByteType(c >> 8), GifByteType(c)});
+  }
+  if (counts.size() > pal.colors.size()) {
+    int size = kColors - int(pal.colors.size());
+    std::vector<GifByteType> out(r.size());
+    std::vector<GifColorType> cut(size);
+    if (GifQuantizeBuffer(unsigned(r.size()), 1, &size, r.data(), g.data(), b.data(), out.data(),
+                          cut.data()) == GIF_ERROR) {
+      throw IoError("GIF palette: out of memory");
+    }
+    pal.colors.insert(pal.colors.end(), cut.begin(), cut.begin() + size);
+  }
+  const size_t used = pal.colors.size();
+  pal.colors.resize(kColors, GifColorType{0, 0, 0});
+  pal.lut.resize(32768);
+  for (int q = 0; q < 32768; ++q) {
+    const int qr = ((q >> 10) << 3) + 4, qg = (((q >> 5) & 31) << 3) + 4, qb = ((q & 31) << 3) + 4;
+    int best = 0, best_d = INT32_MAX;
+    for (size_t i = 0; i < used; ++i) {
+      const int dr = qr - pal.colors[i].Red, dg = qg - pal.colors[i].Green,
+                db = qb - pal.colors[i].Blue;
+      const int d = dr * dr + dg * dg + db * db;
+      if (d < best_d) best_d = d, best = int(i);
+    }
+    pal.lut[q] = GifByteType(best);
+  }
+  // Colours kept exactly map to themselves even where another entry is nearer to the bin centre.
+  for (int i = 0; i < kExact && i < int(used) && i < int(frequent.size()); ++i) {
+    const GifColorType& c = pal.colors[i];
+    pal.lut[((c.Red >> 3) << 10) | ((c.Green >> 3) << 5) | (c.Blue >> 3)] = GifByteType(i);
+  }
+  return pal;
+}
+
+}  // namespace
+
 void WriteGif(const std::filesystem::path& path, const std::vector<std::vector<uint8_t>>& frames,
               int width, int height, int delay_cs) {
+  std::vector<std::span<const uint8_t>> views(frames.begin(), frames.end());
+  WriteGif(path, views, width, height, delay_cs);
+}
+
+void WriteGif(const std::filesystem::path& path,
+              const std::vector<std::span<const uint8_t>>& frames, int width, int height,
+              int delay_cs) {
   if (frames.empty()) throw InputError("WriteGif: no frames for '" + path.string() + "'");
+  if (width < 1 || height < 1 || width > 65535 || height > 65535) {
+    throw InputError("WriteGif: size " + std::to_string(width) + "x" + std::to_string(height) +
+                     " is outside [1, 65535] for '" + path.string() + "'");
+  }
+  if (delay_cs < 0 || delay_cs > 65535) {
+    throw InputError("WriteGif: delay " + std::to_string(delay_cs) + " cs is outside [0, 65535]");
+  }
   const size_t n = size_t(width) * height;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (frames[i].size() != n * 3) {
+      throw InputError("WriteGif: frame " + std::to_string(i) + " has " +
+                       std::to_string(frames[i].size()) + " bytes, not " + std::to_string(width) +
+                       "x" + std::to_string(height) + "x3");
+    }
+  }
+  const Palette pal = FitPalette(frames, n);
   AtomicFile file(path);
   int err = 0;
   GifFileType* gif = EGifOpenFileName(file.temp_path().c_str(), false, &err);
@@ -63,15 +156,8 @@ void WriteGif(const std::filesystem::path& path, const std::vector<std::vector<u
     EGifCloseFile(gif, &close_err);
     throw IoError("cannot write GIF '" + path.string() + "': " + what);
   };
-  // One global palette: 6x7x6 colour cube (252 colours), nearest colour per pixel.
-  constexpr int kR = 6, kG = 7, kB = 6;
-  ColorMapObject* cmap = GifMakeMapObject(256, nullptr);
-  for (int i = 0; i < 256; ++i) {
-    int r = i / (kG * kB), g = (i / kB) % kG, b = i % kB;
-    if (i >= kR * kG * kB) r = g = b = 0;
-    cmap->Colors[i] = {GifByteType(r * 255 / (kR - 1)), GifByteType(g * 255 / (kG - 1)),
-                       GifByteType(b * 255 / (kB - 1))};
-  }
+  ColorMapObject* cmap = GifMakeMapObject(256, pal.colors.data());
+  if (!cmap) fail("palette");
   EGifSetGifVersion(gif, true);
   if (EGifPutScreenDesc(gif, width, height, 8, 0, cmap) == GIF_ERROR) {
     GifFreeMapObject(cmap);
@@ -89,8 +175,6 @@ void WriteGif(const std::filesystem::path& path, const std::vector<std::vector<u
   }
   std::vector<GifByteType> index(n);
   for (const auto& frame : frames) {
-    if (frame.size() != n * 3) fail("a frame is not " + std::to_string(width) + "x" +
-                                    std::to_string(height) + "x3");
     GraphicsControlBlock gcb{};
     gcb.DisposalMode = DISPOSAL_UNSPECIFIED;
     gcb.DelayTime = delay_cs;
@@ -99,10 +183,8 @@ void WriteGif(const std::filesystem::path& path, const std::vector<std::vector<u
     EGifGCBToExtension(&gcb, ext);
     if (EGifPutExtension(gif, GRAPHICS_EXT_FUNC_CODE, 4, ext) == GIF_ERROR) fail("frame delay");
     for (size_t p = 0; p < n; ++p) {
-      int r = (frame[3 * p] * (kR - 1) + 127) / 255;
-      int g = (frame[3 * p + 1] * (kG - 1) + 127) / 255;
-      int b = (frame[3 * p + 2] * (kB - 1) + 127) / 255;
-      index[p] = GifByteType((r * kG + g) * kB + b);
+      index[p] = pal.lut[((frame[3 * p] >> 3) << 10) | ((frame[3 * p + 1] >> 3) << 5) |
+                         (frame[3 * p + 2] >> 3)];
     }
     if (EGifPutImageDesc(gif, 0, 0, width, height, false, nullptr) == GIF_ERROR) fail("image");
     for (int y = 0; y < height; ++y) {

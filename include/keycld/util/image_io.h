@@ -24,8 +24,17 @@ void WritePng(const std::filesystem::path& path, std::span<const uint8_t> rgb, i
               int height);
 
 /// Writes RGB uint8 frames [T][height, width, 3] as a looping animated GIF with
-/// `delay_cs` hundredths of a second per frame. Throws IoError / InputError.
+/// `delay_cs` hundredths of a second per frame (browsers show delays below 2 as 10). One
+/// global 256-colour palette for all frames: the 16 most frequent exact colours of a sample of
+/// the frames (flat backgrounds and markers stay exact) plus a median cut (giflib) of the
+/// sample; each pixel takes the palette colour nearest to it at 5 bits per channel. Throws
+/// InputError (no frames, a size outside [1, 65535], a frame of another size, a delay outside
+/// [0, 65535]) before touching the file, IoError if it cannot be written.
 void WriteGif(const std::filesystem::path& path, const std::vector<std::vector<uint8_t>>& frames,
               int width, int height, int delay_cs);
+/// The same for frames held elsewhere (views of [height, width, 3] each).
+void WriteGif(const std::filesystem::path& path,
+              const std::vector<std::span<const uint8_t>>& frames, int width, int height,
+              int delay_cs);
 
 }  // namespace keycld
