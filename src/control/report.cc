@@ -1,8 +1,12 @@
 #include "keycld/control/report.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <set>
 #include <string>
 
+#include "keycld/eval/plot.h"
+#include "keycld/eval/video.h"
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
 
@@ -68,6 +72,67 @@ void WriteControlCsv(const std::filesystem::path& csv, const Environment& env,
   const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
   if (std::fclose(f) != 0 || !ok) throw IoError("cannot write '" + csv.string() + "'");
   file.Commit();
+}
+
+int ControlVideoScale(int image_size) {
+  if (image_size < 1) throw InputError("image size must be ≥ 1");
+  return std::max(1, (160 + image_size - 1) / image_size);
+}
+
+void WriteControlVideo(const std::filesystem::path& gif, const std::vector<ControlFrame>& frames,
+                       int image_size, const std::vector<ControlStep>& steps,
+                       const std::vector<double>& target_keypoints, int delay_cs) {
+  if (frames.empty()) throw InputError("no frames for the control video '" + gif.string() + "'");
+  const int scale = ControlVideoScale(image_size);
+  const double radius = std::max(2.0, 0.6 * scale);
+  std::vector<Canvas> canvases;
+  canvases.reserve(frames.size());
+  for (const ControlFrame& f : frames) {
+    if (f.step >= steps.size()) {
+      throw InputError("control video: frame of step " + std::to_string(f.step) + " but only " +
+                       std::to_string(steps.size()) + " steps");
+    }
+    Canvas c = Canvas::FromPixels(f.rgb, image_size, image_size).Upscaled(scale);
+    const auto& x = steps[f.step].keypoints;
+    for (size_t k = 0; 2 * k + 1 < target_keypoints.size(); ++k) {
+      c.DrawCross(target_keypoints[2 * k], target_keypoints[2 * k + 1], 1.6 * radius, 1.5,
+                  {255, 255, 255});
+    }
+    for (size_t k = 0; 2 * k + 1 < x.size(); ++k) {
+      c.FillDisc(x[2 * k], x[2 * k + 1], radius, KeypointColor(int(k)));
+    }
+    canvases.push_back(std::move(c));
+  }
+  WriteGifAnimation(gif, canvases, delay_cs);
+}
+
+void WriteErrorPlot(const std::filesystem::path& png, const Environment& env,
+                    const std::vector<ControlStep>& steps, const std::vector<double>& target_qpos,
+                    const std::vector<double>& tolerances, const std::string& title) {
+  if (steps.empty()) throw InputError("no control steps to plot in '" + png.string() + "'");
+  const mjModel* m = env.model();
+  std::vector<PlotSeries> series(size_t(m->nq));
+  for (int j = 0; j < m->nq; ++j) {
+    series[j].label = Name(m, mjOBJ_JOINT, j, "joint") +
+                      (m->jnt_type[j] == mjJNT_SLIDE ? " (m)" : " (rad)");
+  }
+  const double t0 = steps.front().time;
+  for (const ControlStep& s : steps) {
+    const auto e = JointErrors(env, s.qpos, target_qpos);
+    for (int j = 0; j < m->nq; ++j) {
+      series[j].x.push_back(s.time - t0);
+      series[j].y.push_back(e[j]);
+    }
+  }
+  PlotOptions o;
+  o.title = title;
+  o.x_label = "time (s)";
+  o.y_label = "true error q - q*";
+  for (double t : std::set<double>(tolerances.begin(), tolerances.end())) {
+    o.h_lines.push_back(t);
+    o.h_lines.push_back(-t);
+  }
+  WriteLinePlot(png, series, o);
 }
 
 }  // namespace keycld
