@@ -23,7 +23,7 @@ torch::Tensor LearnedControlModel::EstimateKeypoints(std::span<const uint8_t> rg
     throw InputError("the model reads " + std::to_string(s) + "x" + std::to_string(s) +
                      " RGB images, got a buffer of " + std::to_string(rgb.size()) + " bytes");
   }
-  torch::NoGradGuard no_grad;
+  c10::InferenceMode inference;
   auto image = torch::from_blob(const_cast<uint8_t*>(rgb.data()), {1, s, s, 3}, torch::kUInt8)
                    .to(device_)
                    .permute({0, 3, 1, 2})
@@ -34,7 +34,7 @@ torch::Tensor LearnedControlModel::EstimateKeypoints(std::span<const uint8_t> rg
 }
 
 torch::Tensor LearnedControlModel::Potential(const torch::Tensor& x) {
-  torch::NoGradGuard no_grad;
+  c10::InferenceMode inference;
   return model_->Potential(ToModel(x)).reshape({x.size(0)}).to(torch::kCPU, torch::kFloat64);
 }
 
@@ -44,7 +44,7 @@ torch::Tensor LearnedControlModel::PotentialGradient(const torch::Tensor& x) {
 }
 
 torch::Tensor LearnedControlModel::InputMatrix(const torch::Tensor& x) {
-  torch::NoGradGuard no_grad;
+  c10::InferenceMode inference;
   return model_->InputMatrix(ToModel(x)).to(torch::kCPU, torch::kFloat64);
 }
 
