@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -16,6 +15,7 @@
 #include "keycld/control/report.h"
 #include "keycld/sim/gl_context.h"
 #include "keycld/train/checkpoint.h"
+#include "keycld/train/trainer.h"
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
 #include "keycld/util/image_io.h"
@@ -36,15 +36,6 @@ struct ControlArgs {
   int threads = 0;
   bool raw_pinv = false, no_video = false;
 };
-
-void WriteText(const fs::path& path, const std::string& text) {
-  AtomicFile file(path);
-  std::ofstream out(file.temp_path(), std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) throw IoError("cannot write '" + path.string() + "'");
-  file.Commit();
-}
 
 std::string JoinErrors(const Environment& env, const std::vector<double>& e) {
   std::string s;
@@ -126,15 +117,7 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
     copt.Validate();
     torch::set_num_threads(a->threads > 0 ? a->threads
                                           : int(std::max(1u, std::thread::hardware_concurrency())));
-    torch::Device device(torch::kCPU);
-    try {
-      device = torch::Device(a->device);
-    } catch (const c10::Error&) {
-      throw InputError("--device: unknown device '" + a->device + "' (cpu, cuda, cuda:N)");
-    }
-    if (device.is_cuda() && !torch::cuda::is_available()) {
-      throw InputError("--device " + a->device + ": this LibTorch build sees no CUDA device");
-    }
+    const torch::Device device = ResolveDevice(a->device);
 
     const fs::path run(a->run);
     if (!fs::exists(run)) throw IoError("run folder not found: '" + run.string() + "'");
@@ -254,7 +237,7 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
           JoinErrors(env, env.qpos());
     }
     j["verdict_line"] = verdict_line;
-    WriteText(out / "summary.json", j.dump(2) + "\n");
+    WriteTextAtomically(out / "summary.json", j.dump(2) + "\n");
     std::printf("%s: %zu steps of %.3f s in %.1f s wall (%.0f steps/s: render + estimate + "
                 "control + physics)\n",
                 EnvNameString(spec.env).c_str(), steps.size(), env.timestep(), wall,

@@ -1,10 +1,13 @@
 // keycld train | run: training, and the main job (data set + training).
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
 
 #include "commands.h"
 #include "keycld/data/generate.h"
+#include "keycld/eval/evaluate.h"
+#include "keycld/eval/report.h"
 #include "keycld/train/trainer.h"
 #include "keycld/util/error.h"
 
@@ -27,6 +30,13 @@ void PrintTrainSummary(const TrainSummary& r) {
                 r.val_vpt_median, r.val_runs);
   }
   std::printf("checkpoint %s\n", r.checkpoint.c_str());
+}
+
+// `keycld run`'s prediction step (the prediction video and CSV; fills `report`).
+void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::path& data,
+                int frames, const std::shared_ptr<const GlobalOptions>& global,
+                RunReportInputs* report) {
+  (void)run_dir, (void)data, (void)frames, (void)global, (void)report;
 }
 
 struct TrainArgs {
@@ -93,24 +103,46 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
 
 namespace {
 struct RunArgs {
-  std::string config = "configs/cpu-quick/pendulum-none.toml", out;
+  std::string env = "pendulum", control = "none", preset = "cpu-quick", config, out;
+  int predict_frames = 500;
 };
 }  // namespace
 
 Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
   auto a = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand(
-      "run", "The main job: generate the config's data set if missing, then train (resuming "
-             "an interrupted run)");
-  cmd->add_option("--config", a->config, "TOML preset")->capture_default_str();
-  cmd->add_option("--out", a->out, "Run folder (default runs/<config name>)");
+      "run", "The main job: generate (or reuse) the data set, train (resuming an interrupted "
+             "run), evaluate, predict, and write RUN_DIR/report/report.md");
+  auto* env = cmd->add_option("--env", a->env, "pendulum | cartpole | acrobot")
+                  ->capture_default_str();
+  auto* control = cmd->add_option("--control", a->control, "none | under | full")
+                      ->capture_default_str();
+  auto* preset = cmd->add_option("--preset", a->preset,
+                                 "cpu-quick (about 30 min on 2 cores) | paper (KEYCLD.md, GPU)")
+                     ->check(CLI::IsMember({"cpu-quick", "paper"}))
+                     ->capture_default_str();
+  cmd->add_option("--config", a->config, "A TOML config instead of a preset")
+      ->excludes(env)
+      ->excludes(control)
+      ->excludes(preset);
+  cmd->add_option("--out", a->out,
+                  "Run folder (default runs/<env>-<control>-<preset>, or runs/<config name>)");
+  cmd->add_option("--predict-frames", a->predict_frames,
+                  "Frames of the prediction video (0 = none)")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
   return [a, global] {
+    const auto job_start = std::chrono::steady_clock::now();
+    const std::filesystem::path config_file =
+        a->config.empty() ? PresetFile(a->preset, a->env, a->control)
+                          : std::filesystem::path(a->config);
     TrainOptions t;
-    t.config = TrainConfig::FromToml(a->config);
+    t.config = TrainConfig::FromToml(config_file);
     t.config.Validate();
-    t.run_dir = a->out.empty() ? std::filesystem::path("runs") /
-                                     std::filesystem::path(a->config).stem()
-                               : std::filesystem::path(a->out);
+    t.run_dir = !a->out.empty()     ? std::filesystem::path(a->out)
+                : a->config.empty() ? std::filesystem::path("runs") /
+                                          (a->env + "-" + a->control + "-" + a->preset)
+                                    : std::filesystem::path("runs") / config_file.stem();
     const bool resume = std::filesystem::exists(t.run_dir / "checkpoints" / "last.pt");
     if (resume) {
       // The run continues with its saved config; only a longer schedule may be asked for.
@@ -120,7 +152,8 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       wanted.max_steps = saved.max_steps;
       if (wanted.ToToml() != saved.ToToml()) {
         throw InputError("'" + t.run_dir.string() + "' was started with another " +
-                         "configuration than '" + a->config + "': use --out for a new run");
+                         "configuration than '" + config_file.string() +
+                         "': use --out for a new run");
       }
       saved.epochs = t.config.epochs;
       saved.max_steps = t.config.max_steps;
@@ -132,6 +165,7 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       throw InputError("[data] size must be a multiple of 4 and frames ≥ horizon + 2 = " +
                        std::to_string(t.config.horizon + 2) + " to train on the data set");
     }
+    double data_seconds = -1;
     if (!std::filesystem::exists(data_file)) {
       if (!t.config.data.empty() && t.config.env.empty()) {
         throw IoError("data set not found: '" + data_file.string() + "'");
@@ -149,16 +183,49 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
         throw InputError("[data] file '" + data_file.string() + "' does not exist and is not " +
                          "the name keycld generate gives ('" + DatasetPath(g).string() + "')");
       }
+      std::printf("[1/4] generating the data set %s\n", data_file.c_str());
+      std::fflush(stdout);
       GenerateResult r = GenerateDataset(g);
+      data_seconds = r.seconds;
       std::printf("wrote %s in %.1f s (%.0f frames/s)\n", r.path.c_str(), r.seconds,
                   r.frames_per_second);
     } else {
-      std::printf("using data set %s\n", data_file.c_str());
+      std::printf("[1/4] using the data set %s\n", data_file.c_str());
     }
     t.resume = resume;
-    if (t.resume) std::printf("resuming the run in %s\n", t.run_dir.c_str());
+    std::printf("[2/4] training in %s%s\n", t.run_dir.c_str(),
+                t.resume ? " (resuming)" : "");
     std::fflush(stdout);
-    PrintTrainSummary(Train(t));
+    TrainSummary ts = Train(t);
+    PrintTrainSummary(ts);
+
+    std::printf("[3/4] evaluating on every validation run\n");
+    std::fflush(stdout);
+    EvaluateOptions eo;
+    eo.run_dir = t.run_dir;
+    eo.data = data_file;
+    EvaluationReport er = Evaluate(eo);
+    std::printf("%s", FormatEvaluationSummary(er).c_str());
+
+    RunReportInputs ri;
+    if (a->predict_frames > 0) {
+      std::printf("[4/4] predicting %d frames of validation run 0\n", a->predict_frames);
+      std::fflush(stdout);
+      PredictJob(t.run_dir, data_file, a->predict_frames, global, &ri);
+    }
+    ri.run_dir = t.run_dir;
+    ri.config_file = config_file;
+    ri.data_file = data_file;
+    ri.data_seconds = data_seconds;
+    ri.train_steps = ts.steps;
+    ri.train_seconds = ts.seconds;
+    ri.seconds_per_step = ts.seconds_per_step;
+    ri.evaluation = er;
+    ri.total_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - job_start).count();
+    const std::filesystem::path report = WriteRunReport(ri);
+    std::printf("done in %.0f s: VPT %.2f ± %.2f frames (median %.1f); report: %s\n",
+                ri.total_seconds, er.vpt.mean, er.vpt.std, er.vpt.median, report.c_str());
     return 0;
   };
 }

@@ -23,6 +23,7 @@ Runner AddGenerateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
 Runner AddRenderCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
+Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 
 }  // namespace keycld::cli

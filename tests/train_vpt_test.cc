@@ -91,6 +91,13 @@ TEST(LearningRateSchedule, CosineDecaysFromOneToTheFinalScale) {
   EXPECT_NEAR(c.LearningRateFactor(250, 1000), 0.1 + 0.9 * 0.5 * (1 + std::sqrt(0.5)), 1e-12);
   EXPECT_NEAR(c.LearningRateFactor(1000, 1000), 0.1, 1e-12);
   EXPECT_NEAR(c.LearningRateFactor(5000, 1000), 0.1, 1e-12);   // past the end: stays final
+  c.lr_decay_start = 0.5;  // constant for the first half, then the cosine over the second
+  EXPECT_DOUBLE_EQ(c.LearningRateFactor(499, 1000), 1.0);
+  EXPECT_NEAR(c.LearningRateFactor(750, 1000), 0.55, 1e-12);
+  EXPECT_NEAR(c.LearningRateFactor(1000, 1000), 0.1, 1e-12);
+  c.lr_decay_start = 1.0;
+  EXPECT_THROW(c.Validate(), InputError);
+  c.lr_decay_start = 0.0;
   EXPECT_EQ(c.TotalSteps(450), 40 * 450);
   c.max_steps = 777;
   EXPECT_EQ(c.TotalSteps(450), 777);

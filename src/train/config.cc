@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -42,7 +43,7 @@ const std::set<std::string> kKeys[] = {
     {"file", "env", "control", "size", "runs", "frames", "seed"},
     {"hidden", "sigma", "dynamics"},
     {"epochs", "max_steps", "lr", "dynamics_lr_scale", "grad_clip", "lr_schedule",
-     "lr_final_scale", "horizon", "w_dyn", "w_bce", "augment", "seed", "threads", "device"},
+     "lr_final_scale", "lr_decay_start", "horizon", "w_dyn", "w_bce", "augment", "seed", "threads", "device"},
     {"val_runs", "rtol", "atol"}};
 const char* kSections[] = {"data", "model", "train", "eval"};
 
@@ -131,6 +132,7 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
   Get(t, "train", "grad_clip", &grad_clip, origin);
   Get(t, "train", "lr_schedule", &lr_schedule, origin);
   Get(t, "train", "lr_final_scale", &lr_final_scale, origin);
+  Get(t, "train", "lr_decay_start", &lr_decay_start, origin);
   Get(t, "train", "horizon", &horizon, origin);
   Get(t, "train", "w_dyn", &w_dyn, origin);
   Get(t, "train", "w_bce", &w_bce, origin);
@@ -167,6 +169,7 @@ void TrainConfig::Validate() const {
     fail("lr_schedule must be constant or cosine, got '" + lr_schedule + "'");
   }
   if (!(lr_final_scale >= 0 && lr_final_scale <= 1)) fail("lr_final_scale must be in [0, 1]");
+  if (!(lr_decay_start >= 0 && lr_decay_start < 1)) fail("lr_decay_start must be in [0, 1)");
   if (horizon < 1) fail("horizon must be ≥ 1, got " + std::to_string(horizon));
   if (w_dyn < 0 || w_bce < 0) fail("loss weights must be ≥ 0");
   if (threads < 0 || threads > 256) fail("threads must be in [0, 256] (0 = all cores)");
@@ -183,7 +186,9 @@ int64_t TrainConfig::TotalSteps(int64_t train_runs) const {
 
 double TrainConfig::LearningRateFactor(int64_t step, int64_t total) const {
   if (lr_schedule != "cosine" || total <= 0) return 1.0;
-  const double progress = std::min(1.0, std::max(0.0, double(step) / double(total)));
+  const double start = lr_decay_start * double(total);
+  const double progress =
+      std::min(1.0, std::max(0.0, (double(step) - start) / (double(total) - start)));
   return lr_final_scale + (1.0 - lr_final_scale) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
@@ -217,6 +222,7 @@ std::string TrainConfig::ToToml() const {
                             {"grad_clip", grad_clip},
                             {"lr_schedule", lr_schedule},
                             {"lr_final_scale", lr_final_scale},
+                            {"lr_decay_start", lr_decay_start},
                             {"horizon", horizon},
                             {"w_dyn", w_dyn},
                             {"w_bce", w_bce},
@@ -229,6 +235,28 @@ std::string TrainConfig::ToToml() const {
   std::ostringstream s;
   s << "# keycld training configuration (resolved)\n" << t << "\n";
   return s.str();
+}
+
+std::filesystem::path DefaultConfigsDir() {
+  if (const char* env = std::getenv("KEYCLD_CONFIGS"); env && *env) return env;
+  return KEYCLD_SOURCE_CONFIGS_DIR;
+}
+
+std::filesystem::path PresetFile(const std::string& preset, const std::string& env,
+                                 const std::string& control) {
+  if (preset != "cpu-quick" && preset != "paper") {
+    throw InputError("unknown preset '" + preset + "' (expected cpu-quick or paper)");
+  }
+  const EnvName e = ParseEnvName(env);
+  const ControlMode c = ParseControlMode(control);
+  CheckControlMode(e, c);
+  std::filesystem::path file =
+      DefaultConfigsDir() / preset / (EnvNameString(e) + "-" + ControlModeString(c) + ".toml");
+  if (!std::filesystem::exists(file)) {
+    throw IoError("preset file not found: '" + file.string() + "' (set KEYCLD_CONFIGS to the " +
+                  "configs/ folder of the source tree)");
+  }
+  return file;
 }
 
 }  // namespace keycld

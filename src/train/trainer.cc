@@ -35,16 +35,6 @@ using json = nlohmann::json;
 
 namespace {
 
-void WriteTextAtomically(const fs::path& file, const std::string& text) {
-  AtomicFile out(file);
-  {
-    std::ofstream f(out.temp_path());
-    f << text;
-    if (!f) throw IoError("cannot write '" + file.string() + "'");
-  }
-  out.Commit();
-}
-
 // Keeps the metrics lines that precede `position` (a resumed run rewrites what follows).
 void TruncateMetrics(const fs::path& file, const TrainPosition& position) {
   if (!fs::exists(file)) return;
@@ -68,20 +58,6 @@ std::vector<int64_t> Shuffled(int64_t n, std::mt19937_64& rng) {
   return order;
 }
 
-torch::Device ResolveDevice(const std::string& name) {
-  torch::Device device(torch::kCPU);
-  try {
-    device = torch::Device(name);
-  } catch (const c10::Error&) {
-    throw InputError("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
-  }
-  if (device.is_cuda() && !torch::cuda::is_available()) {
-    throw InputError("device '" + name + "' requested, but this LibTorch sees no CUDA device " +
-                     "(a CUDA build of LibTorch and a GPU are needed)");
-  }
-  return device;
-}
-
 // An exclusive flock(2) on a file in the run folder, released when the process ends.
 class RunLock {
  public:
@@ -103,6 +79,20 @@ class RunLock {
 };
 
 }  // namespace
+
+torch::Device ResolveDevice(const std::string& name) {
+  torch::Device device(torch::kCPU);
+  try {
+    device = torch::Device(name);
+  } catch (const c10::Error&) {
+    throw InputError("unknown device '" + name + "' (expected cpu, cuda or cuda:N)");
+  }
+  if (device.is_cuda() && !torch::cuda::is_available()) {
+    throw InputError("device '" + name + "' requested, but this LibTorch sees no CUDA device " +
+                     "(a CUDA build of LibTorch and a GPU are needed)");
+  }
+  return device;
+}
 
 TrainSummary Train(const TrainOptions& options) {
   const TrainConfig& cfg = options.config;

@@ -110,8 +110,8 @@ VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
   io.rtol = options.rtol;
   io.atol = options.atol;
   io.max_steps = options.max_steps;
-  KeypointPrediction p = PredictKeypoints(model, images.slice(1, 0, 3), actions, N,
-                                          IntegratorMethod::kDopri5, io);
+  KeypointPrediction p =
+      PredictKeypoints(model, images.slice(1, 0, 3), actions, N, options.method, io);
   const torch::Device device = model->mass->m().device();
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();

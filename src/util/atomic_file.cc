@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <system_error>
@@ -60,6 +61,17 @@ void AtomicFile::Commit() {
                   "': " + ec.message());
   }
   committed_ = true;
+}
+
+void WriteTextAtomically(const fs::path& file, std::string_view text) {
+  AtomicFile out(file);
+  {
+    std::ofstream f(out.temp_path(), std::ios::binary);
+    f.write(text.data(), std::streamsize(text.size()));
+    f.flush();
+    if (!f) throw IoError("cannot write '" + file.string() + "'");
+  }
+  out.Commit();
 }
 
 }  // namespace keycld

@@ -39,6 +39,7 @@ struct TrainConfig {
   std::string lr_schedule = "constant";  // constant (the paper) | cosine: both learning rates
                                     // decay as ½(1 + cos(π·step/total)) to lr_final_scale × lr
   double lr_final_scale = 0.0;      // cosine: the final fraction of the learning rates
+  double lr_decay_start = 0.0;      // cosine: fraction of the steps before the decay begins
   int horizon = 4;                  // P, Euler steps of the dynamics loss
   double w_dyn = 1.0, w_bce = 1.0;
   bool augment = true;              // dihedral augmentation of the estimator input
@@ -56,8 +57,8 @@ struct TrainConfig {
   /// Total optimisation steps of the schedule: max_steps if set, else epochs × train_runs.
   int64_t TotalSteps(int64_t train_runs) const;
   /// Factor applied to both learning rates at optimisation step `step` (0-based) of `total`:
-  /// 1 for "constant"; lr_final_scale + (1 − lr_final_scale)·½(1 + cos(π·step/total)) for
-  /// "cosine" (lr_final_scale after the last step).
+  /// 1 for "constant"; for "cosine" 1 until s₀ = lr_decay_start·total, then
+  /// f + (1 − f)·½(1 + cos(π·(step − s₀)/(total − s₀))) with f = lr_final_scale.
   double LearningRateFactor(int64_t step, int64_t total) const;
   /// Throws InputError for an out-of-range value.
   void Validate() const;
@@ -68,5 +69,13 @@ struct TrainConfig {
   /// `data` nor `env` is set.
   std::filesystem::path DataFile() const;
 };
+
+/// The folder of the TOML presets: $KEYCLD_CONFIGS if set, else the source tree's configs/.
+std::filesystem::path DefaultConfigsDir();
+/// The preset file configs/<preset>/<env>-<control>.toml (presets: "cpu-quick", "paper").
+/// Throws InputError for an unknown preset, environment or control mode, or a combination
+/// without a preset (the pendulum has no "under"), naming the available ones.
+std::filesystem::path PresetFile(const std::string& preset, const std::string& env,
+                                 const std::string& control);
 
 }  // namespace keycld

@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <string>
 
+#include <torch/torch.h>
+
 #include "keycld/train/config.h"
 
 namespace keycld {
@@ -44,5 +46,9 @@ struct TrainSummary {
 /// (data set or checkpoint), NumericalError (non-finite loss; the last good checkpoint is kept
 /// and named in the message), Interrupted (Ctrl-C; a checkpoint was saved first).
 TrainSummary Train(const TrainOptions& options);
+
+/// "cpu", "cuda" or "cuda:N" → a device; InputError for another name or when CUDA is asked
+/// for but this LibTorch sees no CUDA device.
+torch::Device ResolveDevice(const std::string& name);
 
 }  // namespace keycld

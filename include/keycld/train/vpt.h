@@ -12,6 +12,7 @@ namespace keycld {
 struct VptOptions {
   double epsilon = 0;              // threshold: per-pixel MSE (data set attribute vpt_epsilon)
   double rtol = 1.4e-8, atol = 1.4e-8;  // Dormand–Prince tolerances
+  IntegratorMethod method = IntegratorMethod::kDopri5;  // RK4 / Euler: one step per frame
   int64_t max_steps = 200000;      // Dormand–Prince step budget per call
   int64_t render_chunk = 128;      // frames rendered at once (memory bound)
 };

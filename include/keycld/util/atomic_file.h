@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string_view>
 
 namespace keycld {
 
@@ -27,5 +28,8 @@ class AtomicFile {
   std::filesystem::path temp_;
   bool committed_ = false;
 };
+
+/// Writes `text` to `file` atomically (AtomicFile). Throws IoError on failure.
+void WriteTextAtomically(const std::filesystem::path& file, std::string_view text);
 
 }  // namespace keycld

@@ -1,0 +1,62 @@
+// Evaluation of a trained run (KEYCLD.md §8): valid prediction time on every validation run,
+// the per-frame error, the estimator's constraint residuals over the state grid, the learned
+// masses and energy, and the pictures of docs/evaluation.md, written to RUN_DIR/report/.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "keycld/dynamics/integrators.h"
+#include "keycld/train/vpt.h"
+
+namespace keycld {
+
+struct EvaluateOptions {
+  std::filesystem::path run_dir;     // a training run folder (config.toml, checkpoints/)
+  std::filesystem::path checkpoint;  // empty = run_dir/checkpoints/last.pt
+  std::filesystem::path data;        // empty = the data set named by the run's config
+  std::filesystem::path out_dir;     // empty = run_dir/report
+  IntegratorMethod method = IntegratorMethod::kDopri5;  // §8: Dormand–Prince
+  int energy_frames = 500;           // length of the unactuated rollout for the energy plot
+  int threads = 0;                   // LibTorch intra-op threads (0 = all cores)
+  std::string device;                // empty = the run's config; cpu | cuda | cuda:N
+  bool plots = true;                 // write the PNG figures
+};
+
+/// What `keycld evaluate` measured. Written as evaluation.json and evaluation.md.
+struct EvaluationReport {
+  std::string env, control, model, solver;
+  std::filesystem::path run_dir, checkpoint, data;
+  int64_t train_steps = 0;
+  double epsilon = 0;                   // VPT threshold of the data set
+  VptResult vpt;                        // over all validation runs (vpt.mse: [R, N])
+  std::vector<int64_t> validation_runs; // data-set run indices, in the order of vpt.vpt
+  std::vector<double> mse_mean, mse_median;  // per frame, over the validation runs
+  std::vector<double> masses;           // m_k (M = diag(m₁², m₁², …)), one per keypoint
+  // Estimated keypoints of the state-grid images under the environment's constraints (§4).
+  double constraint_rms = 0, constraint_max = 0;  // |Φ|, normalized image units
+  // Learned potential over the grid against the simulator's potential energy: R² of the best
+  // affine fit V_learned ≈ a·V_true + b (1 = same shape), and the fitted scale a.
+  double potential_r2 = 0, potential_scale = 0;
+  bool has_energy = true;               // false for models without V and M (NODE2)
+  // Total learned energy along an unactuated rollout of energy_frames frames from validation
+  // run 0: (max − min) / (max − min of V over the state grid).
+  double energy_relative_variation = 0;
+  double seconds = 0;
+  std::vector<std::filesystem::path> files;  // everything written, in out_dir
+};
+
+/// Loads the run's model and data set, checks that they fit (environment, image size, frame
+/// interval), evaluates and writes the report. Throws InputError (bad options, a data set that
+/// does not fit the model), IoError / FormatError (missing or corrupt run folder, checkpoint or
+/// data set), NumericalError (a rollout diverged beyond the step budget).
+EvaluationReport Evaluate(const EvaluateOptions& options);
+
+/// The short table printed by `keycld evaluate`.
+std::string FormatEvaluationSummary(const EvaluationReport& report);
+
+/// Moving average with a centred window of `window` samples (shrunk at the ends).
+std::vector<double> MovingAverage(const std::vector<double>& values, int window);
+
+}  // namespace keycld
