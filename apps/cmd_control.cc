@@ -33,7 +33,7 @@ struct ControlArgs {
   std::string gain_scale = "mass", device = "cpu";
   double seconds = 10.0, kp = 25.0, kd = 10.0, u_max = 0.0;
   double angle_tolerance = 0.1, position_tolerance = 0.1, hold = 1.0;
-  int threads = 0;
+  int threads = 1;
   bool raw_pinv = false, no_video = false;
 };
 
@@ -91,7 +91,9 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
   cmd->add_option("--hold", a->hold, "The target must be held during the last S seconds")
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Output folder (default RUN_DIR/control)");
-  cmd->add_option("--threads", a->threads, "LibTorch threads (0 = all cores)")
+  cmd->add_option("--threads", a->threads,
+                  "LibTorch threads (0 = all cores; 1 is fastest for these small networks and "
+                  "leaves a core to the renderer)")
       ->capture_default_str();
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd->add_flag("--no-video", a->no_video, "Skip the GIF");
