@@ -26,5 +26,6 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
 Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddPredictCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
+Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 
 }  // namespace keycld::cli

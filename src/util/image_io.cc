@@ -1,10 +1,13 @@
 #include "keycld/util/image_io.h"
 
 #include <gif_lib.h>
+#include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -14,6 +17,30 @@
 #include "keycld/util/error.h"
 
 namespace keycld {
+
+PngImage ReadPng(const std::filesystem::path& path) {
+  if (!std::filesystem::is_regular_file(path)) {
+    throw IoError("image not found: '" + path.string() + "'");
+  }
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  if (!in.read(magic, 8)) {
+    if (!in.is_open()) throw IoError("cannot read '" + path.string() + "'");
+    throw FormatError("'" + path.string() + "' is not a PNG file (too short)");
+  }
+  static const unsigned char kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (std::memcmp(magic, kPngMagic, 8) != 0) {
+    throw FormatError("'" + path.string() + "' is not a PNG file");
+  }
+  PngImage image;
+  stbi_uc* data = stbi_load(path.c_str(), &image.width, &image.height, &image.channels, 0);
+  if (!data) {
+    throw FormatError("cannot decode PNG '" + path.string() + "': " + stbi_failure_reason());
+  }
+  image.pixels.assign(data, data + size_t(image.width) * image.height * image.channels);
+  stbi_image_free(data);
+  return image;
+}
 
 void WritePng(const std::filesystem::path& path, std::span<const uint8_t> rgb, int width,
               int height) {

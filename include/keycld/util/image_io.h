@@ -1,4 +1,5 @@
-// Image files users look at: PNG (stb) and animated GIF (giflib). Written atomically.
+// Image files users look at: PNG (stb) and animated GIF (giflib). Written atomically; PNGs
+// are read back with stb_image.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,16 @@
 #include <vector>
 
 namespace keycld {
+
+/// An image file read by ReadPng: uint8 [height, width, channels], row 0 = top.
+struct PngImage {
+  int width = 0, height = 0, channels = 0;
+  std::vector<uint8_t> pixels;
+};
+
+/// Reads a PNG with its own channel count (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA). Throws
+/// IoError if the file is missing or unreadable and FormatError if it is not a PNG.
+PngImage ReadPng(const std::filesystem::path& path);
 
 /// Writes an RGB uint8 image [height, width, 3] (row 0 = top) as PNG. Throws IoError.
 void WritePng(const std::filesystem::path& path, std::span<const uint8_t> rgb, int width,

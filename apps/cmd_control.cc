@@ -1,0 +1,254 @@
+// keycld control: energy-shaping control of the simulated system from its camera images with a
+// trained model (KEYCLD.md §10).
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "commands.h"
+#include "keycld/control/closed_loop.h"
+#include "keycld/control/report.h"
+#include "keycld/sim/gl_context.h"
+#include "keycld/train/checkpoint.h"
+#include "keycld/train/trainer.h"
+#include "keycld/util/atomic_file.h"
+#include "keycld/util/error.h"
+#include "keycld/util/image_io.h"
+#include "keycld/util/interrupt.h"
+#include "keycld/util/progress.h"
+
+namespace keycld::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ControlArgs {
+  std::string run, target_image, target_state, target_truth, init_state, out;
+  std::string gain_scale = "mass", device = "cpu";
+  double seconds = 10.0, kp = 25.0, kd = 10.0, u_max = 0.0;
+  double angle_tolerance = 0.1, position_tolerance = 0.1, hold = 1.0;
+  int threads = 1;
+  bool raw_pinv = false, no_video = false;
+};
+
+std::string JoinErrors(const Environment& env, const std::vector<double>& e) {
+  std::string s;
+  char buf[96];
+  for (int j = 0; j < env.nq(); ++j) {
+    const char* name = mj_id2name(env.model(), mjOBJ_JOINT, j);
+    const bool slide = env.model()->jnt_type[j] == mjJNT_SLIDE;
+    std::snprintf(buf, sizeof buf, "%s%s %.4f %s", j ? ", " : "", name ? name : "joint", e[j],
+                  slide ? "m" : "rad");
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace
+
+Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
+  auto a = std::make_shared<ControlArgs>();
+  auto* cmd = app.add_subcommand(
+      "control", "Drive the simulated system to a target image with the trained model's "
+                 "energy-shaping controller (KeyCLD §10); the controller sees only images");
+  cmd->add_option("RUN_DIR", a->run, "Training run folder (or a checkpoint in its checkpoints/)")
+      ->required();
+  auto* target = cmd->add_option_group("target", "What to reach (exactly one)");
+  target->add_option("--target-image", a->target_image,
+                     "PNG of the model's image size (e.g. from keycld render --size S)");
+  target->add_option("--target-state", a->target_state,
+                     "Joint positions q1,q2 (rad, m; 0 = upright) rendered by the simulator");
+  target->require_option(1);
+  cmd->add_option("--target-truth", a->target_truth,
+                  "With --target-image: the true joint positions it shows, for the verdict");
+  cmd->add_option("--init-state", a->init_state,
+                  "Initial joint positions (default: hanging down, 0.1 rad off)");
+  cmd->add_option("--seconds", a->seconds, "Simulated time (s)")->capture_default_str();
+  cmd->add_option("--kp", a->kp, "Stiffness gain k_p (1/s² per unit mass with --gain-scale mass)")
+      ->capture_default_str();
+  cmd->add_option("--kd", a->kd, "Damping gain k_d (1/s per unit mass with --gain-scale mass)")
+      ->capture_default_str();
+  cmd->add_option("--gain-scale", a->gain_scale,
+                  "mass: K = k·M (gains independent of the model's energy unit) | unit: K = k")
+      ->check(CLI::IsMember({"mass", "unit"}))
+      ->capture_default_str();
+  cmd->add_option("--u-max", a->u_max, "Actuator limit |u_i| ≤ U (0 = none)")
+      ->capture_default_str();
+  cmd->add_flag("--raw-pinv", a->raw_pinv,
+                "u = B⁺ f as written, without projecting B and f on the constraints' tangent "
+                "space");
+  cmd->add_option("--angle-tolerance", a->angle_tolerance, "Verdict tolerance of angles (rad)")
+      ->capture_default_str();
+  cmd->add_option("--position-tolerance", a->position_tolerance,
+                  "Verdict tolerance of the cart position (m)")
+      ->capture_default_str();
+  cmd->add_option("--hold", a->hold, "The target must be held during the last S seconds")
+      ->capture_default_str();
+  cmd->add_option("--out", a->out, "Output folder (default RUN_DIR/control)");
+  cmd->add_option("--threads", a->threads,
+                  "LibTorch threads (0 = all cores; 1 is fastest for these small networks and "
+                  "leaves a core to the renderer)")
+      ->capture_default_str();
+  cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
+  cmd->add_flag("--no-video", a->no_video, "Skip the GIF");
+
+  return [a, global] {
+    if (!std::isfinite(a->seconds) || a->seconds <= 0 || a->seconds > 3600) {
+      throw InputError("--seconds must be in (0, 3600], got " + std::to_string(a->seconds));
+    }
+    if (!(a->angle_tolerance > 0) || !(a->position_tolerance > 0) || !(a->hold >= 0) ||
+        !std::isfinite(a->angle_tolerance + a->position_tolerance + a->hold)) {
+      throw InputError("--angle-tolerance and --position-tolerance must be > 0, --hold ≥ 0");
+    }
+    if (a->threads < 0) throw InputError("--threads must be ≥ 0");
+    if (!a->target_truth.empty() && a->target_image.empty()) {
+      throw InputError("--target-truth goes with --target-image (--target-state is the truth)");
+    }
+    ControllerOptions copt;
+    copt.kp = a->kp;
+    copt.kd = a->kd;
+    copt.gain_scale = ParseGainScale(a->gain_scale);
+    copt.u_max = a->u_max;
+    copt.tangent_projection = !a->raw_pinv;
+    copt.Validate();
+    torch::set_num_threads(a->threads > 0 ? a->threads
+                                          : int(std::max(1u, std::thread::hardware_concurrency())));
+    const torch::Device device = ResolveDevice(a->device);
+
+    const fs::path run(a->run);
+    if (!fs::exists(run)) throw IoError("run folder not found: '" + run.string() + "'");
+    KeycldModel net = LoadModel(run, device);
+    const ModelSpec spec = net->spec();
+    Environment env(spec.env);
+    CheckFullyActuated(spec, RunControlMode(run), env);
+    const std::vector<double> init = a->init_state.empty()
+                                         ? DefaultInitialState(spec.env)
+                                         : ParseJointState(env, a->init_state, "--init-state");
+    std::optional<std::vector<double>> truth;
+    if (!a->target_state.empty()) truth = ParseJointState(env, a->target_state, "--target-state");
+    if (!a->target_truth.empty()) truth = ParseJointState(env, a->target_truth, "--target-truth");
+    fs::path run_dir = fs::is_directory(run) ? run : run.parent_path();
+    if (!fs::is_directory(run) && run_dir.filename() == "checkpoints") {
+      run_dir = run_dir.parent_path();
+    }
+    const fs::path out = a->out.empty() ? run_dir / "control" : fs::path(a->out);
+
+    auto gl = GlContext::Create(ParseGlBackend(global->gl));
+    OffscreenRenderer renderer(env, *gl, spec.image_size);
+    LearnedControlModel model(net);
+    ControlTarget tgt = a->target_image.empty()
+                            ? TargetFromState(env, renderer, model, *truth)
+                            : TargetFromImage(model, a->target_image);
+    env.Reset(init, std::vector<double>(size_t(env.nv()), 0.0));
+    EnergyShapingController controller(model, tgt.keypoints, copt);
+    ClosedLoop loop(env, renderer, model, controller);
+
+    const int steps_total = std::max(1, int(std::lround(a->seconds / env.timestep())));
+    // The video plays at real time with 25 frames a second at most (GIF delays in 1/100 s).
+    const int stride = std::max(1, int(std::lround(0.04 / env.timestep())));
+    const int delay_cs = std::max(2, int(std::lround(100.0 * stride * env.timestep())));
+    std::vector<ControlStep> steps;
+    std::vector<ControlFrame> frames;
+    steps.reserve(size_t(steps_total));
+    InterruptGuard guard;
+    ProgressBar bar("control", steps_total, "steps");
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps_total; ++i) {
+      if (InterruptRequested()) throw Interrupted("interrupted; no output written");
+      steps.push_back(loop.Step());
+      if (!a->no_video && i % stride == 0) frames.push_back({loop.frame(), size_t(i)});
+      bar.Update(i + 1);
+    }
+    bar.Finish();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    fs::create_directories(out);
+    WriteControlCsv(out / "control.csv", env, steps, truth);
+    WritePng(out / "target.png", tgt.image, spec.image_size, spec.image_size);
+    const std::vector<double> target_x(tgt.keypoints.data_ptr<double>(),
+                                       tgt.keypoints.data_ptr<double>() + tgt.keypoints.numel());
+    if (!a->no_video) {
+      WriteControlVideo(out / "control.gif", frames, spec.image_size, steps, target_x, delay_cs);
+    }
+
+    nlohmann::json j;
+    j["run"] = run.string();
+    j["env"] = EnvNameString(spec.env);
+    j["image_size"] = spec.image_size;
+    j["dt"] = env.timestep();
+    j["seconds"] = steps.back().time + env.timestep() - steps.front().time;
+    j["steps"] = steps.size();
+    j["controller"] = {{"kp", copt.kp},
+                       {"kd", copt.kd},
+                       {"gain_scale", GainScaleName(copt.gain_scale)},
+                       {"tangent_projection", copt.tangent_projection},
+                       {"u_max", copt.u_max}};
+    j["initial_qpos"] = init;
+    j["target_keypoints"] = target_x;
+    j["target_source"] = a->target_image.empty() ? "state" : a->target_image;
+    j["final_qpos"] = env.qpos();
+    j["steps_per_second"] = double(steps.size()) / wall;
+    double max_u = 0;
+    for (const auto& s : steps)
+      for (double u : s.action) max_u = std::max(max_u, std::abs(u));
+    j["max_abs_action"] = max_u;
+    std::string verdict_line;
+    if (truth) {
+      const auto tolerances = JointTolerances(env, a->angle_tolerance, a->position_tolerance);
+      ControlVerdict v = JudgeControl(env, steps, *truth, a->angle_tolerance,
+                                      a->position_tolerance, a->hold);
+      WriteErrorPlot(out / "errors.png", env, steps, *truth, tolerances,
+                     EnvNameString(spec.env) + ": true joint errors under energy shaping");
+      j["target_qpos"] = *truth;
+      j["verdict"] = {{"success", v.success},
+                      {"final_errors", v.final_errors},
+                      {"max_errors_hold", v.max_hold_errors},
+                      {"tolerances", v.tolerances},
+                      {"hold_seconds", v.hold_seconds},
+                      {"settle_time", std::isnan(v.settle_time) ? nlohmann::json(nullptr)
+                                                                : nlohmann::json(v.settle_time)}};
+      char settle[64], tol[96];
+      if (std::isnan(v.settle_time)) {
+        std::snprintf(settle, sizeof settle, "not settled at the end");
+      } else {
+        std::snprintf(settle, sizeof settle, "settled after %.2f s", v.settle_time);
+      }
+      if (spec.env == EnvName::kCartpole) {
+        std::snprintf(tol, sizeof tol, "tolerance %g rad, %g m", a->angle_tolerance,
+                      a->position_tolerance);
+      } else {
+        std::snprintf(tol, sizeof tol, "tolerance %g rad", a->angle_tolerance);
+      }
+      char hold[32];
+      std::snprintf(hold, sizeof hold, "%g", a->hold);
+      verdict_line = std::string(v.success ? "success" : "failure") + ": final error " +
+                     JoinErrors(env, v.final_errors) + "; max over the last " + hold + " s " +
+                     JoinErrors(env, v.max_hold_errors) + "; " + settle + " (" + tol + ")";
+    } else {
+      j["verdict"] = nullptr;
+      verdict_line =
+          "no verdict: the true target state is unknown (pass --target-truth with "
+          "--target-image); final state " +
+          JoinErrors(env, env.qpos());
+    }
+    j["verdict_line"] = verdict_line;
+    WriteTextAtomically(out / "summary.json", j.dump(2) + "\n");
+    std::printf("%s: %zu steps of %.3f s in %.1f s wall (%.0f steps/s: render + estimate + "
+                "control + physics)\n",
+                EnvNameString(spec.env).c_str(), steps.size(), env.timestep(), wall,
+                double(steps.size()) / wall);
+    std::printf("verdict: %s\n", verdict_line.c_str());
+    std::printf("wrote %s (control.csv, %ssummary.json, target.png%s)\n", out.c_str(),
+                truth ? "errors.png, " : "", a->no_video ? "" : ", control.gif");
+    return 0;
+  };
+}
+
+}  // namespace keycld::cli

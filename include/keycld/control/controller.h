@@ -1,0 +1,75 @@
+// Energy-shaping control in keypoint coordinates (KeyCLD §10 / KEYCLD.md §10):
+//   u = B(x)⁺ (∇V(x) − K_p (x − x*) − K_d ẋ)
+// cancels the model's gravity (∇V), replaces it by a spring to the target keypoints x* and adds
+// damping.
+//
+// Two refinements, both options:
+// - Gain units. A learned model's energy scale is arbitrary (V, B and M can be scaled together
+//   without changing the motion), so a scalar K_p means nothing across models. By default the
+//   gains are per unit of the model's mass: K_p = k_p·M, K_d = k_d·M. Then k_p is a squared
+//   angular frequency (1/s²) and k_d a rate (1/s) whatever the model's units; for the pendulum
+//   the closed loop is θ̈ = −k_p sin(θ − θ*) − k_d θ̇ exactly. GainScale::kUnit uses the scalars
+//   as they are (K_p = k_p·1).
+// - Tangent projection. Under the holonomic constraints only the part of a force tangent to
+//   Φ(x) = 0 moves the system (the normal part is taken by the constraint forces Dᵀλ), and a
+//   learned ∇V and B are free in their normal parts. By default the pseudo-inverse is taken on
+//   the tangent space: u = (P B)⁺ P f* with P v = v − D⁺ D v; for a B without normal part (the
+//   true pendulum) this is the same u as B⁺ f*. `tangent_projection = false` gives B⁺ f*.
+// An optional actuator limit clips each component of u to [−u_max, u_max] afterwards.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "keycld/control/control_model.h"
+
+namespace keycld {
+
+enum class GainScale {
+  kMass,  ///< K = k·M (default): k_p in 1/s², k_d in 1/s
+  kUnit,  ///< K = k·1: the paper's scalar gains in the model's own units
+};
+/// Parses "mass" | "unit"; InputError otherwise.
+GainScale ParseGainScale(const std::string& name);
+std::string GainScaleName(GainScale scale);
+
+struct ControllerOptions {
+  double kp = 25.0;  ///< stiffness gain k_p (1/s² with kMass)
+  double kd = 10.0;  ///< damping gain k_d (1/s with kMass); 2·sqrt(k_p) is critical damping
+  GainScale gain_scale = GainScale::kMass;
+  bool tangent_projection = true;
+  double u_max = 0.0;  ///< actuator limit (actuator units); 0 = none
+
+  /// Throws InputError unless k_p > 0, k_d ≥ 0 and u_max ≥ 0, all finite.
+  void Validate() const;
+};
+
+/// What one control step computed.
+struct ControlAction {
+  std::vector<double> u;          ///< applied action [A] (after the limit)
+  std::vector<double> unclipped;  ///< B⁺ f* before the limit [A]
+};
+
+class EnergyShapingController {
+ public:
+  /// `target` x* [1, 2K] or [2K] (normalized image coordinates). Throws InputError for a
+  /// target of the wrong width or invalid options. `model` must outlive the controller.
+  EnergyShapingController(ControlModel& model, const torch::Tensor& target,
+                          const ControllerOptions& options);
+
+  /// The action at the estimated state x, ẋ [1, 2K] (or [2K]). Throws NumericalError when the
+  /// result is not finite.
+  ControlAction Act(const torch::Tensor& x, const torch::Tensor& xdot);
+
+  const torch::Tensor& target() const { return target_; }
+  const ControllerOptions& options() const { return options_; }
+
+ private:
+  ControlModel& model_;
+  torch::Tensor target_;  // [1, 2K] float64
+  ControllerOptions options_;
+  torch::Tensor kp_, kd_;  // [2K] float64
+};
+
+}  // namespace keycld

@@ -1,0 +1,208 @@
+#include "keycld/control/closed_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "keycld/util/error.h"
+#include "keycld/util/image_io.h"
+
+namespace keycld {
+
+namespace {
+
+std::vector<double> ToVector(const torch::Tensor& t) {
+  auto c = t.to(torch::kCPU, torch::kFloat64).contiguous();
+  return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
+}
+
+}  // namespace
+
+ClosedLoop::ClosedLoop(Environment& env, OffscreenRenderer& renderer, ControlModel& model,
+                       EnergyShapingController& controller)
+    : env_(env), renderer_(renderer), model_(model), controller_(controller) {
+  if (renderer.size() != model.image_size()) {
+    throw InputError("the renderer draws " + std::to_string(renderer.size()) +
+                     " px frames but the model reads " + std::to_string(model.image_size()) +
+                     " px");
+  }
+  if (model.action_dim() != env.nu()) {
+    throw InputError("the model has " + std::to_string(model.action_dim()) + " action(s), " +
+                     EnvNameString(env.name()) + " has " + std::to_string(env.nu()) +
+                     " actuator(s)");
+  }
+  frame_.resize(size_t(renderer.size()) * renderer.size() * 3);
+  mass_ = model.MassDiagonal().to(torch::kCPU, torch::kFloat64).reshape({1, -1});
+}
+
+ControlStep ClosedLoop::Step() {
+  ControlStep step;
+  step.time = env_.time();
+  step.qpos = env_.qpos();
+  step.qvel = env_.qvel();
+  renderer_.Render(env_, frame_);
+  const torch::Tensor x = model_.EstimateKeypoints(frame_);  // [1, 2K]
+  torch::Tensor xdot = torch::zeros_like(x);
+  if (previous_.defined()) {
+    xdot = model_.ProjectTangent(x, (x - previous_) / env_.timestep());
+  }
+  previous_ = x;
+  ControlAction act = controller_.Act(x, xdot);
+  env_.SetAction(act.u);
+  env_.Step();
+  step.keypoints = ToVector(x);
+  step.velocity = ToVector(xdot);
+  step.action = std::move(act.u);
+  step.unclipped = std::move(act.unclipped);
+  step.potential = model_.Potential(x).item<double>();
+  step.kinetic = 0.5 * (mass_ * xdot * xdot).sum().item<double>();
+  return step;
+}
+
+ControlTarget TargetFromState(Environment& env, OffscreenRenderer& renderer, ControlModel& model,
+                              const std::vector<double>& qpos) {
+  if (renderer.size() != model.image_size()) {
+    throw InputError("the renderer draws " + std::to_string(renderer.size()) +
+                     " px frames but the model reads " + std::to_string(model.image_size()) +
+                     " px");
+  }
+  const std::vector<double> zero(size_t(env.nv()), 0.0);
+  env.Reset(qpos, zero);
+  ControlTarget target;
+  target.image.resize(size_t(renderer.size()) * renderer.size() * 3);
+  renderer.Render(env, target.image);
+  target.keypoints = model.EstimateKeypoints(target.image);
+  target.qpos = qpos;
+  return target;
+}
+
+ControlTarget TargetFromImage(ControlModel& model, const std::filesystem::path& png) {
+  PngImage image = ReadPng(png);
+  const int s = model.image_size();
+  if (image.channels != 3) {
+    throw FormatError("target image '" + png.string() + "' has " +
+                      std::to_string(image.channels) + " channel(s); expected RGB (3), as " +
+                      "`keycld render` writes");
+  }
+  if (image.width != s || image.height != s) {
+    throw InputError("target image '" + png.string() + "' is " + std::to_string(image.width) +
+                     "x" + std::to_string(image.height) + " px; the model reads " +
+                     std::to_string(s) + "x" + std::to_string(s) + " px images");
+  }
+  ControlTarget target;
+  target.image = std::move(image.pixels);
+  target.keypoints = model.EstimateKeypoints(target.image);
+  return target;
+}
+
+std::vector<double> JointErrors(const Environment& env, const std::vector<double>& qpos,
+                                const std::vector<double>& target) {
+  if (int(qpos.size()) != env.nq() || int(target.size()) != env.nq()) {
+    throw InputError(EnvNameString(env.name()) + " has " + std::to_string(env.nq()) +
+                     " joint position(s), got " + std::to_string(qpos.size()) + " and " +
+                     std::to_string(target.size()));
+  }
+  std::vector<double> e(qpos.size());
+  for (int j = 0; j < env.nq(); ++j) {
+    e[j] = qpos[j] - target[j];
+    if (env.model()->jnt_type[j] == mjJNT_HINGE) {
+      e[j] = std::remainder(e[j], 2 * M_PI);  // (−π, π]
+      if (e[j] <= -M_PI) e[j] += 2 * M_PI;
+    }
+  }
+  return e;
+}
+
+std::vector<double> JointTolerances(const Environment& env, double angle, double position) {
+  std::vector<double> t(size_t(env.nq()));
+  for (int j = 0; j < env.nq(); ++j) {
+    t[j] = env.model()->jnt_type[j] == mjJNT_SLIDE ? position : angle;
+  }
+  return t;
+}
+
+ControlVerdict JudgeControl(const Environment& env, const std::vector<ControlStep>& steps,
+                            const std::vector<double>& target_qpos, double angle_tolerance,
+                            double position_tolerance, double hold_seconds) {
+  if (steps.empty()) throw InputError("no control steps to judge");
+  if (!(angle_tolerance > 0) || !(position_tolerance > 0)) {
+    throw InputError("tolerances must be > 0");
+  }
+  if (!(hold_seconds >= 0)) throw InputError("the hold time must be ≥ 0");
+  ControlVerdict v;
+  v.hold_seconds = hold_seconds;
+  v.tolerances = JointTolerances(env, angle_tolerance, position_tolerance);
+  const size_t nq = v.tolerances.size();
+  v.max_hold_errors.assign(nq, 0.0);
+  const double t_end = steps.back().time;
+  const double t0 = steps.front().time;
+  bool inside_to_end = true;
+  for (size_t i = steps.size(); i-- > 0;) {
+    const auto e = JointErrors(env, steps[i].qpos, target_qpos);
+    if (i + 1 == steps.size()) v.final_errors = e;
+    bool inside = true;
+    for (size_t j = 0; j < nq; ++j) inside = inside && std::abs(e[j]) <= v.tolerances[j];
+    // Half a step of slack so that "the last second" holds exactly 1 s / Δt frames.
+    if (steps[i].time >= t_end - hold_seconds - 1e-9) {
+      for (size_t j = 0; j < nq; ++j) {
+        v.max_hold_errors[j] = std::max(v.max_hold_errors[j], std::abs(e[j]));
+      }
+    }
+    if (inside_to_end && inside) {
+      v.settle_time = steps[i].time - t0;
+    } else {
+      inside_to_end = false;
+    }
+  }
+  v.success = t_end - t0 >= hold_seconds - 1e-9;
+  for (size_t j = 0; j < nq; ++j) v.success = v.success && v.max_hold_errors[j] <= v.tolerances[j];
+  return v;
+}
+
+std::vector<double> DefaultInitialState(EnvName env) {
+  switch (env) {
+    case EnvName::kPendulum:
+      return {M_PI - 0.1};
+    case EnvName::kCartpole:
+      return {0.0, M_PI - 0.1};
+    case EnvName::kAcrobot:
+      return {M_PI - 0.1, 0.0};
+  }
+  return {};
+}
+
+std::vector<double> ParseJointState(const Environment& env, const std::string& text,
+                                    const std::string& what) {
+  std::vector<double> values;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    while (used < item.size() && std::isspace(static_cast<unsigned char>(item[used]))) ++used;
+    if (item.empty() || used != item.size() || !std::isfinite(v)) {
+      throw InputError(what + ": '" + item + "' is not a finite number (expected " +
+                       std::to_string(env.nq()) + " comma-separated joint positions)");
+    }
+    values.push_back(v);
+  }
+  if (!text.empty() && text.back() == ',') {
+    throw InputError(what + ": trailing comma in '" + text + "'");
+  }
+  if (int(values.size()) != env.nq()) {
+    throw InputError(what + ": " + EnvNameString(env.name()) + " has " +
+                     std::to_string(env.nq()) + " joint position(s) (" +
+                     (env.name() == EnvName::kPendulum  ? "angle, rad"
+                      : env.name() == EnvName::kCartpole ? "cart m, pole angle rad"
+                                                         : "shoulder, elbow angles, rad") +
+                     "), got " + std::to_string(values.size()) + " in '" + text + "'");
+  }
+  return values;
+}
+
+}  // namespace keycld

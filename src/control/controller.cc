@@ -1,0 +1,88 @@
+#include "keycld/control/controller.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "keycld/util/error.h"
+
+namespace keycld {
+
+namespace {
+
+// Singular values of B below this fraction of the largest are treated as zero by the
+// pseudo-inverse (an input matrix that cannot push in some direction gets no huge action there).
+constexpr double kPinvRcond = 1e-6;
+
+torch::Tensor AsState(const torch::Tensor& t, int64_t width, const char* what) {
+  if (!t.defined() || t.numel() != width || (t.dim() != 1 && t.dim() != 2)) {
+    throw InputError(std::string(what) + " must have " + std::to_string(width) +
+                     " values (2K), got " + (t.defined() ? std::to_string(t.numel()) : "none"));
+  }
+  return t.reshape({1, width}).to(torch::kCPU, torch::kFloat64);
+}
+
+}  // namespace
+
+GainScale ParseGainScale(const std::string& name) {
+  if (name == "mass") return GainScale::kMass;
+  if (name == "unit") return GainScale::kUnit;
+  throw InputError("unknown gain scale '" + name + "' (expected mass or unit)");
+}
+
+std::string GainScaleName(GainScale scale) { return scale == GainScale::kMass ? "mass" : "unit"; }
+
+void ControllerOptions::Validate() const {
+  if (!std::isfinite(kp) || !(kp > 0)) {
+    throw InputError("the stiffness gain k_p must be > 0, got " + std::to_string(kp));
+  }
+  if (!std::isfinite(kd) || kd < 0) {
+    throw InputError("the damping gain k_d must be ≥ 0, got " + std::to_string(kd));
+  }
+  if (!std::isfinite(u_max) || u_max < 0) {
+    throw InputError("the actuator limit must be ≥ 0 (0 = none), got " + std::to_string(u_max));
+  }
+}
+
+EnergyShapingController::EnergyShapingController(ControlModel& model, const torch::Tensor& target,
+                                                 const ControllerOptions& options)
+    : model_(model), options_(options) {
+  options_.Validate();
+  const int64_t n = 2 * model.num_keypoints();
+  target_ = AsState(target, n, "the target keypoints");
+  if (!torch::isfinite(target_).all().item<bool>()) {
+    throw InputError("the target keypoints are not finite");
+  }
+  torch::Tensor scale = options_.gain_scale == GainScale::kMass
+                            ? model.MassDiagonal().to(torch::kCPU, torch::kFloat64).reshape({n})
+                            : torch::ones({n}, torch::kFloat64);
+  kp_ = options_.kp * scale;
+  kd_ = options_.kd * scale;
+}
+
+ControlAction EnergyShapingController::Act(const torch::Tensor& x_in, const torch::Tensor& xdot_in) {
+  const int64_t n = target_.size(1);
+  const int64_t a = model_.action_dim();
+  const torch::Tensor x = AsState(x_in, n, "x");
+  const torch::Tensor xdot = AsState(xdot_in, n, "xdot");
+  // f* = ∇V(x) − K_p (x − x*) − K_d ẋ  [1, 2K]
+  torch::Tensor force = model_.PotentialGradient(x) - kp_ * (x - target_) - kd_ * xdot;
+  torch::Tensor b = model_.InputMatrix(x).reshape({n, a});  // [2K, A]
+  if (options_.tangent_projection) {
+    force = model_.ProjectTangent(x, force);
+    b = model_.ProjectTangent(x.expand({a, n}), b.t().contiguous()).t();
+  }
+  const torch::Tensor u = torch::matmul(torch::linalg::pinv(b, kPinvRcond), force.reshape({n}));
+  ControlAction out;
+  out.unclipped.assign(u.data_ptr<double>(), u.data_ptr<double>() + a);
+  for (double v : out.unclipped) {
+    if (!std::isfinite(v)) throw NumericalError("the controller's action is not finite");
+  }
+  out.u = out.unclipped;
+  if (options_.u_max > 0) {
+    for (double& v : out.u) v = std::clamp(v, -options_.u_max, options_.u_max);
+  }
+  return out;
+}
+
+}  // namespace keycld

@@ -1,0 +1,122 @@
+// keycld control: outputs, summary and refusals, on an untrained 16x16 model (speed only; the
+// closed loop's correctness is tested with the true pendulum in control_closed_loop_test.cc).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "keycld/train/checkpoint.h"
+#include "keycld/util/image_io.h"
+#include "test_util.h"
+
+namespace keycld {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A run folder with an untrained model and a config.toml naming `control`.
+fs::path MakeRun(const testing::TempDir& dir, const std::string& name, EnvName env,
+                 const std::string& control) {
+  ModelSpec spec;
+  spec.env = env;
+  spec.num_keypoints = KeypointCount(env);
+  spec.action_dim = env == EnvName::kPendulum ? 1 : 2;
+  spec.image_size = 16;
+  spec.hidden = 8;
+  spec.dt = env == EnvName::kPendulum ? 0.02 : 0.01;
+  torch::manual_seed(0);
+  KeycldModel model(spec);
+  const fs::path run = dir / name;
+  SaveCheckpoint(run / "checkpoints" / "last.pt", model, nullptr, {});
+  std::ofstream(run / "config.toml") << "[data]\nenv = \"" << EnvNameString(env)
+                                     << "\"\ncontrol = \"" << control << "\"\n";
+  return run;
+}
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(ControlCli, WritesCsvVideoPlotAndSummary) {
+  testing::TempDir dir;
+  const fs::path run = MakeRun(dir, "cartpole", EnvName::kCartpole, "full");
+  std::string out;
+  ASSERT_EQ(testing::RunCli("control " + run.string() +
+                                " --target-state 0.2,0 --seconds 0.3 --u-max 1.5 --threads 1",
+                            &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("verdict: failure"), std::string::npos) << out;  // untrained: no success
+  const fs::path o = run / "control";
+  for (const char* f : {"control.csv", "control.gif", "errors.png", "summary.json", "target.png"}) {
+    EXPECT_TRUE(fs::exists(o / f)) << f;
+  }
+  // 0.3 s at Δt = 0.01 s: 30 rows after the header.
+  std::ifstream csv(o / "control.csv");
+  std::string line;
+  int rows = -1;
+  while (std::getline(csv, line)) ++rows;
+  EXPECT_EQ(rows, 30);
+  auto j = nlohmann::json::parse(Slurp(o / "summary.json"));
+  EXPECT_EQ(j["env"], "cartpole");
+  EXPECT_EQ(j["steps"], 30);
+  EXPECT_EQ(j["target_qpos"], (std::vector<double>{0.2, 0.0}));
+  EXPECT_EQ(j["initial_qpos"][1], M_PI - 0.1);
+  EXPECT_FALSE(j["verdict"]["success"].get<bool>());
+  EXPECT_LE(j["max_abs_action"].get<double>(), 1.5);
+  EXPECT_EQ(j["controller"]["gain_scale"], "mass");
+  PngImage target = ReadPng(o / "target.png");
+  EXPECT_EQ(target.width, 16);
+  PngImage plot = ReadPng(o / "errors.png");
+  EXPECT_GT(plot.width, 100);
+  // The GIF's header: GIF89a, width = 16 · ControlVideoScale(16) = 160.
+  const std::string gif = Slurp(o / "control.gif");
+  ASSERT_GT(gif.size(), 10u);
+  EXPECT_EQ(gif.substr(0, 6), "GIF89a");
+  EXPECT_EQ(uint8_t(gif[6]) | (uint8_t(gif[7]) << 8), 160);
+
+  // The target from the saved image, with and without the truth.
+  ASSERT_EQ(testing::RunCli("control " + run.string() + " --target-image " +
+                                (o / "target.png").string() + " --seconds 0.05 --no-video " +
+                                "--out " + (dir / "img").string(),
+                            &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("no verdict"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "img" / "control.gif"));
+  EXPECT_FALSE(fs::exists(dir / "img" / "errors.png"));
+  auto k = nlohmann::json::parse(Slurp(dir / "img" / "summary.json"));
+  EXPECT_EQ(k["target_keypoints"], j["target_keypoints"]);  // same image, same estimate
+  EXPECT_TRUE(k["verdict"].is_null());
+}
+
+TEST(ControlCli, RefusesWhatItCannotControl) {
+  testing::TempDir dir;
+  const fs::path none = MakeRun(dir, "none", EnvName::kPendulum, "none");
+  const fs::path full = MakeRun(dir, "full", EnvName::kPendulum, "full");
+  std::string out;
+  EXPECT_EQ(testing::RunCli("control " + none.string() + " --target-state 0", &out), 1);
+  EXPECT_NE(out.find("keycld: error: the model was trained on control mode 'none'"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(none / "control"));
+  // Usage errors (exit 2): no target, two targets.
+  EXPECT_EQ(testing::RunCli("control " + full.string(), &out), 2) << out;
+  EXPECT_EQ(testing::RunCli("control " + full.string() + " --target-state 0 --target-image x.png",
+                            &out),
+            2)
+      << out;
+  // Bad values (exit 1, one line).
+  // (ParseJointState and ControllerOptions::Validate are tested in-process; one of each here.)
+  for (const std::string bad :
+       {"--target-state 0,1", "--target-state 0 --kp 0", "--target-image missing.png"}) {
+    EXPECT_EQ(testing::RunCli("control " + full.string() + " " + bad, &out), 1) << bad << out;
+    EXPECT_EQ(out.rfind("keycld: error: ", 0), 0u) << bad << ": " << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << bad << ": " << out;
+  }
+  EXPECT_FALSE(fs::exists(full / "control"));
+}
+
+}  // namespace
+}  // namespace keycld
