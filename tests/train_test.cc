@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "keycld/data/generate.h"
@@ -25,9 +26,11 @@ namespace keycld {
 namespace {
 
 // A tiny pendulum data set: 6 runs (5 train, 1 validation) of 10 frames at 16×16.
-std::filesystem::path TinyData(const std::filesystem::path& dir, int size = 16) {
+std::filesystem::path TinyData(const std::filesystem::path& dir, int size = 16,
+                               ControlMode control = ControlMode::kNone) {
   GenerateOptions o;
   o.env = EnvName::kPendulum;
+  o.control = control;
   o.runs = 6;
   o.frames = 10;
   o.size = size;
@@ -79,6 +82,23 @@ TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   TrainConfig bad;
   bad.hidden = 12;
   EXPECT_THROW(bad.Validate(), InputError);
+}
+
+TEST(Train, RunFolderRecordsTheDataSetsEnvironmentAndControlMode) {
+  // An explicit data file of control mode full, the config left at its defaults ("none"):
+  // config.toml must say what the model was trained on (keycld control relies on it).
+  testing::TempDir dir;
+  auto opt = TinyRun(TinyData(dir.path(), 16, ControlMode::kFull), dir / "run");
+  opt.config.epochs = 1;
+  ASSERT_EQ(opt.config.control, "none");
+  Train(opt);
+  TrainConfig recorded;
+  std::ifstream in(dir / "run/config.toml");
+  std::stringstream text;
+  text << in.rdbuf();
+  recorded.MergeToml(text.str(), "config.toml");
+  EXPECT_EQ(recorded.control, "full");
+  EXPECT_EQ(recorded.env, "pendulum");
 }
 
 TEST(Train, ATinyRunLowersTheLoss) {

@@ -232,7 +232,14 @@ TrainSummary Train(const TrainOptions& options) {
     }
   }
   fs::create_directories(checkpoints);
-  WriteTextAtomically(run / "config.toml", cfg.ToToml());
+  // The run records what it was trained on: with an explicit [data] file, the environment and
+  // control mode come from the file (keycld control reads the control mode from config.toml).
+  TrainConfig recorded = cfg;
+  if (!cfg.data.empty()) {
+    recorded.env = EnvNameString(info.env);
+    recorded.control = ControlModeString(info.control);
+  }
+  WriteTextAtomically(run / "config.toml", recorded.ToToml());
   const fs::path metrics_file = run / "metrics.jsonl";
   if (options.resume) {
     TruncateMetrics(metrics_file, pos);
