@@ -32,7 +32,7 @@ struct ControlArgs {
   std::string run, target_image, target_state, target_truth, init_state, out;
   std::string gain_scale = "mass", device = "cpu";
   double seconds = 10.0, kp = 25.0, kd = 10.0, u_max = 0.0;
-  double angle_tolerance = 0.1, position_tolerance = 0.1, hold = 1.0;
+  double angle_tolerance = 0.1, position_tolerance = 0.1, hold = 1.0, speed_tolerance = 1.0;
   int threads = 1;
   bool raw_pinv = false, no_video = false;
 };
@@ -88,6 +88,9 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
   cmd->add_option("--position-tolerance", a->position_tolerance,
                   "Verdict tolerance of the cart position (m)")
       ->capture_default_str();
+  cmd->add_option("--speed-tolerance", a->speed_tolerance,
+                  "Verdict bound on every joint speed during the hold (rad/s, m/s)")
+      ->capture_default_str();
   cmd->add_option("--hold", a->hold, "The target must be held during the last S seconds")
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Output folder (default RUN_DIR/control)");
@@ -103,8 +106,11 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
       throw InputError("--seconds must be in (0, 3600], got " + std::to_string(a->seconds));
     }
     if (!(a->angle_tolerance > 0) || !(a->position_tolerance > 0) || !(a->hold >= 0) ||
-        !std::isfinite(a->angle_tolerance + a->position_tolerance + a->hold)) {
-      throw InputError("--angle-tolerance and --position-tolerance must be > 0, --hold ≥ 0");
+        !(a->speed_tolerance > 0) ||
+        !std::isfinite(a->angle_tolerance + a->position_tolerance + a->hold +
+                       a->speed_tolerance)) {
+      throw InputError(
+          "--angle-tolerance, --position-tolerance and --speed-tolerance must be > 0, --hold ≥ 0");
     }
     if (a->threads < 0) throw InputError("--threads must be ≥ 0");
     if (!a->target_truth.empty() && a->target_image.empty()) {
@@ -203,7 +209,7 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
     if (truth) {
       const auto tolerances = JointTolerances(env, a->angle_tolerance, a->position_tolerance);
       ControlVerdict v = JudgeControl(env, steps, *truth, a->angle_tolerance,
-                                      a->position_tolerance, a->hold);
+                                      a->position_tolerance, a->hold, a->speed_tolerance);
       WriteErrorPlot(out / "errors.png", env, steps, *truth, tolerances,
                      EnvNameString(spec.env) + ": true joint errors under energy shaping");
       j["target_qpos"] = *truth;
@@ -212,6 +218,8 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
                       {"max_errors_hold", v.max_hold_errors},
                       {"tolerances", v.tolerances},
                       {"hold_seconds", v.hold_seconds},
+                      {"speed_tolerance", v.speed_tolerance},
+                      {"max_speed_hold", v.max_hold_speed},
                       {"settle_time", std::isnan(v.settle_time) ? nlohmann::json(nullptr)
                                                                 : nlohmann::json(v.settle_time)}};
       char settle[64], tol[96];
@@ -226,11 +234,14 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
       } else {
         std::snprintf(tol, sizeof tol, "tolerance %g rad", a->angle_tolerance);
       }
-      char hold[32];
+      char hold[32], speed[96];
       std::snprintf(hold, sizeof hold, "%g", a->hold);
+      std::snprintf(speed, sizeof speed, ", largest joint speed %.3g (tolerance %g)",
+                    v.max_hold_speed, v.speed_tolerance);
       verdict_line = std::string(v.success ? "success" : "failure") + ": final error " +
                      JoinErrors(env, v.final_errors) + "; max over the last " + hold + " s " +
-                     JoinErrors(env, v.max_hold_errors) + "; " + settle + " (" + tol + ")";
+                     JoinErrors(env, v.max_hold_errors) + speed + "; " + settle + " (" + tol +
+                     ")";
     } else {
       j["verdict"] = nullptr;
       verdict_line =

@@ -124,6 +124,30 @@ TEST(ControlVerdict, SettleTimeAndHoldWindowFromHandMadeSteps) {
   EXPECT_THROW(JudgeControl(env, steps, {0.0, 0.0}, 0.0, 0.1), InputError);
 }
 
+TEST(ControlVerdict, ASystemSpinningThroughTheTargetBetweenFramesFails) {
+  // Seen once: a pendulum turning 3 revolutions per 0.02 s step is at the target in every frame
+  // (wrapped errors 0) while spinning at 3·2π/0.02 ≈ 942 rad/s.
+  Environment env(EnvName::kPendulum);
+  std::vector<ControlStep> spinning, resting;
+  for (int i = 0; i < 100; ++i) {
+    spinning.push_back(At(0.02 * i, {3 * 2 * M_PI * i}));
+    spinning.back().qvel = {3 * 2 * M_PI / 0.02};
+    resting.push_back(At(0.02 * i, {0.01}));
+    resting.back().qvel = {i % 2 ? 0.5 : -0.5};
+  }
+  ControlVerdict v = JudgeControl(env, spinning, {0.0}, 0.1, 0.1, 1.0);
+  EXPECT_NEAR(v.max_hold_errors[0], 0.0, 1e-9);
+  EXPECT_NEAR(v.max_hold_speed, 942.477796, 1e-5);
+  EXPECT_FALSE(v.success);
+  EXPECT_TRUE(std::isnan(v.settle_time));
+  v = JudgeControl(env, resting, {0.0}, 0.1, 0.1, 1.0);
+  EXPECT_TRUE(v.success);
+  EXPECT_DOUBLE_EQ(v.max_hold_speed, 0.5);
+  EXPECT_DOUBLE_EQ(v.settle_time, 0.0);
+  EXPECT_FALSE(JudgeControl(env, resting, {0.0}, 0.1, 0.1, 1.0, 0.4).success);
+  EXPECT_THROW(JudgeControl(env, resting, {0.0}, 0.1, 0.1, 1.0, 0.0), InputError);
+}
+
 TEST(ControlVerdict, JointErrorsWrapAnglesButNotPositions) {
   Environment env(EnvName::kCartpole);
   auto e = JointErrors(env, {3.0, 3.0}, {-3.0, -3.0});

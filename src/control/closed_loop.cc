@@ -123,14 +123,16 @@ std::vector<double> JointTolerances(const Environment& env, double angle, double
 
 ControlVerdict JudgeControl(const Environment& env, const std::vector<ControlStep>& steps,
                             const std::vector<double>& target_qpos, double angle_tolerance,
-                            double position_tolerance, double hold_seconds) {
+                            double position_tolerance, double hold_seconds,
+                            double speed_tolerance) {
   if (steps.empty()) throw InputError("no control steps to judge");
-  if (!(angle_tolerance > 0) || !(position_tolerance > 0)) {
+  if (!(angle_tolerance > 0) || !(position_tolerance > 0) || !(speed_tolerance > 0)) {
     throw InputError("tolerances must be > 0");
   }
   if (!(hold_seconds >= 0)) throw InputError("the hold time must be ≥ 0");
   ControlVerdict v;
   v.hold_seconds = hold_seconds;
+  v.speed_tolerance = speed_tolerance;
   v.tolerances = JointTolerances(env, angle_tolerance, position_tolerance);
   const size_t nq = v.tolerances.size();
   v.max_hold_errors.assign(nq, 0.0);
@@ -142,11 +144,15 @@ ControlVerdict JudgeControl(const Environment& env, const std::vector<ControlSte
     if (i + 1 == steps.size()) v.final_errors = e;
     bool inside = true;
     for (size_t j = 0; j < nq; ++j) inside = inside && std::abs(e[j]) <= v.tolerances[j];
+    double speed = 0;
+    for (double qd : steps[i].qvel) speed = std::max(speed, std::abs(qd));
+    if (!(speed <= speed_tolerance)) inside = false;  // NaN counts as outside
     // Half a step of slack so that "the last second" holds exactly 1 s / Δt frames.
     if (steps[i].time >= t_end - hold_seconds - 1e-9) {
       for (size_t j = 0; j < nq; ++j) {
         v.max_hold_errors[j] = std::max(v.max_hold_errors[j], std::abs(e[j]));
       }
+      v.max_hold_speed = std::max(v.max_hold_speed, speed);
     }
     if (inside_to_end && inside) {
       v.settle_time = steps[i].time - t0;
@@ -156,6 +162,7 @@ ControlVerdict JudgeControl(const Environment& env, const std::vector<ControlSte
   }
   v.success = t_end - t0 >= hold_seconds - 1e-9;
   for (size_t j = 0; j < nq; ++j) v.success = v.success && v.max_hold_errors[j] <= v.tolerances[j];
+  v.success = v.success && v.max_hold_speed <= speed_tolerance;
   return v;
 }
 

@@ -84,12 +84,17 @@ std::vector<double> JointTolerances(const Environment& env, double angle, double
 
 /// Success from the simulator's true state (KEYCLD.md §10: reach and hold the target).
 struct ControlVerdict {
-  bool success = false;               ///< every |error| ≤ tolerance during the last hold_seconds
+  /// Every |error| ≤ tolerance and every joint speed |q̇| ≤ speed_tolerance during the last
+  /// hold_seconds. The speed bound rejects a system that spins through the target between
+  /// frames (a loop that sees the target at every sample while turning 2π·k per step).
+  bool success = false;
   double hold_seconds = 1.0;
   std::vector<double> tolerances;     ///< [nq]
   std::vector<double> final_errors;   ///< q − q* at the last frame [nq] (wrapped)
   std::vector<double> max_hold_errors;  ///< max |q − q*| over the last hold_seconds [nq]
-  /// Time (s from the first frame) from which every |error| stays within tolerance to the end;
+  double speed_tolerance = 1.0;         ///< rad/s or m/s, for every joint
+  double max_hold_speed = 0;            ///< max |q̇| over joints and the last hold_seconds
+  /// Time (s from the first frame) from which every |error| and |q̇| stays within tolerance to the end;
   /// NaN when the last frame is outside.
   double settle_time = std::numeric_limits<double>::quiet_NaN();
 };
@@ -97,7 +102,8 @@ struct ControlVerdict {
 /// target of the wrong size, tolerances ≤ 0 or hold_seconds < 0.
 ControlVerdict JudgeControl(const Environment& env, const std::vector<ControlStep>& steps,
                             const std::vector<double>& target_qpos, double angle_tolerance,
-                            double position_tolerance, double hold_seconds = 1.0);
+                            double position_tolerance, double hold_seconds = 1.0,
+                            double speed_tolerance = 1.0);
 
 /// The default initial state: hanging down, 0.1 rad off (exactly down with an upright target
 /// makes x − x* radial, and B⁺ gives no torque): pendulum θ = π − 0.1; cartpole (0, π − 0.1);
