@@ -14,6 +14,7 @@
 #include "keycld/dynamics/integrators.h"
 #include "keycld/train/keycld_model.h"
 #include "keycld/train/vpt.h"
+#include "keycld/util/allocator.h"
 
 namespace keycld {
 namespace {
@@ -112,4 +113,16 @@ BENCHMARK(BM_Rollout500Dopri5)
 }  // namespace
 }  // namespace keycld
 
-BENCHMARK_MAIN();
+// Same process set-up as the CLI (glibc allocator tuned, util/allocator.h); pass
+// --default-allocator last for the untuned numbers.
+int main(int argc, char** argv) {
+  if (!(argc > 1 && std::string(argv[argc - 1]) == "--default-allocator")) {
+    keycld::TuneAllocatorForTraining();
+  } else {
+    --argc;
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
