@@ -14,7 +14,8 @@
 #include "keycld/dynamics/integrators.h"
 #include "keycld/train/keycld_model.h"
 #include "keycld/train/vpt.h"
-#include "keycld/util/allocator.h"
+
+#include "bench_main.h"
 
 namespace keycld {
 namespace {
@@ -113,16 +114,4 @@ BENCHMARK(BM_Rollout500Dopri5)
 }  // namespace
 }  // namespace keycld
 
-// Same process set-up as the CLI (glibc allocator tuned, util/allocator.h); pass
-// --default-allocator last for the untuned numbers.
-int main(int argc, char** argv) {
-  if (!(argc > 1 && std::string(argv[argc - 1]) == "--default-allocator")) {
-    keycld::TuneAllocatorForTraining();
-  } else {
-    --argc;
-  }
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+KEYCLD_BENCHMARK_MAIN_WITH_ALLOCATOR_CHOICE()

@@ -6,7 +6,8 @@
 
 #include "keycld/train/loss.h"
 #include "keycld/train/vpt.h"
-#include "keycld/util/allocator.h"
+
+#include "bench_main.h"
 
 namespace keycld {
 namespace {
@@ -63,14 +64,4 @@ BENCHMARK(BM_TrainStep)
 }  // namespace
 }  // namespace keycld
 
-int main(int argc, char** argv) {
-  if (!(argc > 1 && std::string(argv[argc - 1]) == "--default-allocator")) {
-    keycld::TuneAllocatorForTraining();
-  } else {
-    --argc;
-  }
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+KEYCLD_BENCHMARK_MAIN_WITH_ALLOCATOR_CHOICE()
