@@ -10,6 +10,8 @@
 #include "keycld/control/closed_loop.h"
 #include "keycld/sim/gl_context.h"
 
+#include "bench_main.h"
+
 namespace keycld {
 namespace {
 
@@ -104,4 +106,4 @@ BENCHMARK(BM_ControllerAct)->Args({32, 16, 0, 1})->Args({32, 16, 1, 1})->Unit(
 }  // namespace
 }  // namespace keycld
 
-BENCHMARK_MAIN();
+KEYCLD_BENCHMARK_MAIN_WITH_ALLOCATOR_CHOICE()
