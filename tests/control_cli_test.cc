@@ -8,6 +8,7 @@
 #include "keycld/train/checkpoint.h"
 #include "keycld/util/image_io.h"
 #include "test_util.h"
+#include "tiny_fixtures.h"
 
 namespace keycld {
 namespace {
@@ -17,13 +18,7 @@ namespace fs = std::filesystem;
 // A run folder with an untrained model and a config.toml naming `control`.
 fs::path MakeRun(const testing::TempDir& dir, const std::string& name, EnvName env,
                  const std::string& control) {
-  ModelSpec spec;
-  spec.env = env;
-  spec.num_keypoints = KeypointCount(env);
-  spec.action_dim = env == EnvName::kPendulum ? 1 : 2;
-  spec.image_size = 16;
-  spec.hidden = 8;
-  spec.dt = env == EnvName::kPendulum ? 0.02 : 0.01;
+  const ModelSpec spec = testing::TinyModelSpec(env);
   torch::manual_seed(0);
   KeycldModel model(spec);
   const fs::path run = dir / name;

@@ -19,6 +19,7 @@
 #include "keycld/train/vpt.h"
 #include "keycld/util/error.h"
 #include "test_util.h"
+#include "tiny_fixtures.h"
 
 extern char** environ;
 
@@ -28,16 +29,7 @@ namespace {
 // A tiny pendulum data set: 6 runs (5 train, 1 validation) of 10 frames at 16×16.
 std::filesystem::path TinyData(const std::filesystem::path& dir, int size = 16,
                                ControlMode control = ControlMode::kNone) {
-  GenerateOptions o;
-  o.env = EnvName::kPendulum;
-  o.control = control;
-  o.runs = 6;
-  o.frames = 10;
-  o.size = size;
-  o.seed = 3;
-  o.out_dir = dir;
-  o.progress = false;
-  return GenerateDataset(o).path;
+  return testing::TinyPendulumData(dir, size, control);
 }
 
 TrainOptions TinyRun(const std::filesystem::path& data, const std::filesystem::path& run) {

@@ -19,20 +19,13 @@
 #include "keycld/train/vpt.h"
 #include "keycld/util/error.h"
 #include "test_util.h"
+#include "tiny_fixtures.h"
 
 namespace keycld {
 namespace {
 
 ModelSpec Spec(ModelKind kind, EnvName env = EnvName::kCartpole) {
-  ModelSpec s;
-  s.env = env;
-  s.num_keypoints = KeypointCount(env);
-  s.action_dim = env == EnvName::kPendulum ? 1 : 2;
-  s.hidden = 8;
-  s.image_size = 16;
-  s.dt = env == EnvName::kPendulum ? 0.02 : 0.01;
-  s.model = kind;
-  return s;
+  return testing::TinyModelSpec(env, kind);
 }
 
 // Gives the dynamics parameters non-trivial values (the N(0, 0.01²) initialisation makes the
@@ -364,15 +357,7 @@ TEST(Variants, Version1CheckpointsAndOldConfigsStillLoad) {
 
 // A tiny pendulum data set: 6 runs (5 train, 1 validation) of 10 frames at 16×16.
 std::filesystem::path TinyData(const std::filesystem::path& dir) {
-  GenerateOptions o;
-  o.env = EnvName::kPendulum;
-  o.runs = 6;
-  o.frames = 10;
-  o.size = 16;
-  o.seed = 3;
-  o.out_dir = dir;
-  o.progress = false;
-  return GenerateDataset(o).path;
+  return testing::TinyPendulumData(dir);
 }
 
 class VariantTraining : public ::testing::TestWithParam<ModelKind> {};

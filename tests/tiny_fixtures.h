@@ -1,0 +1,40 @@
+// Small models and data sets shared by the training, variant and control tests.
+#pragma once
+
+#include <filesystem>
+
+#include "keycld/data/generate.h"
+#include "keycld/train/keycld_model.h"
+
+namespace keycld::testing {
+
+/// A 16×16, h = 8 model of `env`, every actuator modelled (pendulum 1, cartpole/acrobot 2),
+/// Δt of the environment's frames.
+inline ModelSpec TinyModelSpec(EnvName env, ModelKind kind = ModelKind::kKeycld) {
+  ModelSpec s;
+  s.env = env;
+  s.num_keypoints = KeypointCount(env);
+  s.action_dim = env == EnvName::kPendulum ? 1 : 2;
+  s.hidden = 8;
+  s.image_size = 16;
+  s.dt = env == EnvName::kPendulum ? 0.02 : 0.01;
+  s.model = kind;
+  return s;
+}
+
+/// A tiny pendulum data set: 6 runs (5 train, 1 validation) of 10 frames, seed 3.
+inline std::filesystem::path TinyPendulumData(const std::filesystem::path& dir, int size = 16,
+                                              ControlMode control = ControlMode::kNone) {
+  GenerateOptions o;
+  o.env = EnvName::kPendulum;
+  o.control = control;
+  o.runs = 6;
+  o.frames = 10;
+  o.size = size;
+  o.seed = 3;
+  o.out_dir = dir;
+  o.progress = false;
+  return GenerateDataset(o).path;
+}
+
+}  // namespace keycld::testing
