@@ -2,8 +2,11 @@
 // energy, input matrix and mass matrix.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/autograd.h>
 
+#include <array>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "keycld/model/keypoint_estimator.h"
@@ -36,6 +39,54 @@ TEST(ModelNetworks, UNetTrunkShapeAndSizeChecks) {
   int64_t count = 0;
   for (const auto& p : trunk->parameters()) count += p.numel();
   EXPECT_EQ(count, expected);
+}
+
+// Conv2dForward sends every CPU float32 convolution to oneDNN; LibTorch's own kernel
+// (conv->forward for batch 1 and small inputs) must give the same values and gradients.
+TEST(ModelNetworks, OneDnnConvolutionMatchesLibTorchsConvolution) {
+  at::manual_seed(3);
+  for (const auto& [batch, in, out, size] : std::vector<std::array<int64_t, 4>>{
+           {1, 3, 8, 16}, {1, 16, 32, 8}, {2, 24, 8, 16}, {1, 8, 1, 16}}) {
+    torch::nn::Conv2d conv(torch::nn::Conv2dOptions(in, out, 3).padding(1));
+    at::Tensor x = at::randn({batch, in, size, size}).requires_grad_(true);
+    at::Tensor y_ref = conv->forward(x);
+    at::Tensor w = at::randn_like(y_ref);
+    auto g_ref = torch::autograd::grad({(y_ref * w).sum()}, {x, conv->weight, conv->bias});
+    at::Tensor y = Conv2dForward(conv, x);
+    auto g = torch::autograd::grad({(y * w).sum()}, {x, conv->weight, conv->bias});
+    EXPECT_EQ(y.sizes(), y_ref.sizes());
+    EXPECT_TRUE(at::allclose(y, y_ref, 1e-4, 1e-5)) << "batch " << batch << ", " << in << "->" << out;
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_TRUE(at::allclose(g[k], g_ref[k], 1e-4, 1e-4)) << "gradient " << k << ", batch " << batch;
+    }
+  }
+}
+
+// The floating-point count of the training step's convolutions: the layer list must be the
+// networks' real convolutions (their parameter count), and the paper-setting total is checked
+// against a hand count.
+TEST(ModelNetworks, ConvolutionFlopCountMatchesTheNetworks) {
+  for (const auto& [in, h, head, size] :
+       std::vector<std::array<int64_t, 4>>{{3, 8, 2, 16}, {8, 8, 3, 16}, {3, 32, 1, 64}}) {
+    int64_t params = 0;
+    for (const ConvLayerShape& l : UNetConvLayers(in, h, head, size)) {
+      params += l.in_channels * l.out_channels * l.kernel * l.kernel + l.out_channels;
+    }
+    // The trunk with its head: every parameter except GroupNorm's 2 per channel.
+    UNetTrunk trunk(in, h);
+    torch::nn::Conv2d conv_head(torch::nn::Conv2dOptions(h, head, 3).padding(1));
+    int64_t conv_params = 0;
+    for (const auto& p : trunk->named_parameters()) {
+      if (p.key().find("conv") != std::string::npos) conv_params += p.value().numel();
+    }
+    for (const auto& p : conv_head->parameters()) conv_params += p.numel();
+    EXPECT_EQ(params, conv_params) << "in " << in << " h " << h;
+  }
+  // 64×64, h = 32, one keypoint. Estimator MACs per frame: 3·32·9·64² + 32·64·9·32² +
+  // 64·128·9·16² + 192·64·9·32² + 96·32·9·64² + 32·1·9·64² = 268,959,744.
+  EXPECT_DOUBLE_EQ(ForwardFlops(UNetConvLayers(3, 32, 1, 64)), 2.0 * 268959744.0);
+  // Renderer: 32·32·9·64² + (the same four blocks) + 32·3·9·64² = 305,528,832 MACs.
+  EXPECT_DOUBLE_EQ(ForwardFlops(UNetConvLayers(32, 32, 3, 64)), 2.0 * 305528832.0);
 }
 
 TEST(ModelNetworks, KeypointEstimatorShapesAndRanges) {

@@ -2,6 +2,8 @@
 #include "keycld/model/unet.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/Context.h>
 
 #include <string>
 
@@ -22,6 +24,19 @@ torch::Tensor Pool2(const torch::Tensor& x) {  // 2×2 max pooling, stride 2
 
 }  // namespace
 
+torch::Tensor Conv2dForward(torch::nn::Conv2d& conv, const torch::Tensor& x) {
+  const auto& o = conv->options;
+  const bool plain = c10::holds_alternative<torch::ExpandingArray<2>>(o.padding()) &&
+                     c10::holds_alternative<torch::enumtype::kZeros>(o.padding_mode()) && !o.transposed();
+  if (plain && x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() == 4 && at::hasMKLDNN() &&
+      at::globalContext().userEnabledMkldnn() && !at::autocast::is_cpu_enabled()) {
+    const auto& pad = c10::get<torch::ExpandingArray<2>>(o.padding());
+    return at::mkldnn_convolution(x, conv->weight, conv->bias, *pad, *o.stride(), *o.dilation(),
+                                  o.groups());
+  }
+  return conv->forward(x);
+}
+
 BlockImpl::BlockImpl(int64_t in_channels, int64_t out_channels) {
   if (in_channels < 1 || out_channels < 1 || out_channels % kBlockGroups != 0) {
     throw InputError("Block: need in_channels ≥ 1 and out_channels a positive multiple of " +
@@ -36,7 +51,7 @@ BlockImpl::BlockImpl(int64_t in_channels, int64_t out_channels) {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  return at::relu(norm_->forward(conv_->forward(x)));
+  return at::relu(norm_->forward(Conv2dForward(conv_, x)));
 }
 
 UNetTrunkImpl::UNetTrunkImpl(int64_t in_channels, int64_t hidden)
@@ -69,6 +84,24 @@ torch::Tensor UNetTrunkImpl::forward(const torch::Tensor& x) {
   torch::Tensor a3 = block3_->forward(Pool2(a2));
   torch::Tensor a4 = block4_->forward(at::cat({Up2(a3), a2}, 1));
   return block5_->forward(at::cat({Up2(a4), a1}, 1));
+}
+
+double ConvLayerShape::ForwardFlops() const {
+  return 2.0 * double(in_channels) * double(out_channels) * double(kernel * kernel) *
+         double(out_height) * double(out_width);
+}
+
+std::vector<ConvLayerShape> UNetConvLayers(int64_t in_channels, int64_t hidden,
+                                           int64_t head_channels, int64_t size) {
+  const int64_t h = hidden, s1 = size, s2 = size / 2, s4 = size / 4;
+  return {{in_channels, h, 3, s1, s1},  {h, 2 * h, 3, s2, s2},     {2 * h, 4 * h, 3, s4, s4},
+          {6 * h, 2 * h, 3, s2, s2},    {3 * h, h, 3, s1, s1},     {h, head_channels, 3, s1, s1}};
+}
+
+double ForwardFlops(const std::vector<ConvLayerShape>& layers) {
+  double total = 0;
+  for (const ConvLayerShape& l : layers) total += l.ForwardFlops();
+  return total;
 }
 
 }  // namespace keycld

@@ -8,11 +8,22 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace keycld {
 
 /// Number of GroupNorm groups in every Block (KeyCLD §3); channel counts must divide by it.
 inline constexpr int64_t kBlockGroups = 8;
+
+/// y = conv(x) for a stride-1 2-D convolution module, computed by oneDNN on the CPU for every
+/// batch size. LibTorch 1.13 sends a float32 convolution with batch 1 and a small input
+/// (C·H·W ≤ 20,480) to its own im2col + BLAS kernel, which with Debian's reference BLAS runs at
+/// about 6 GFLOP/s: a single 64×64 frame spent 8 of its 11.7 ms in two such layers
+/// (docs/benchmarks.md). Elsewhere (CUDA, bf16 autocast, other dtypes, a LibTorch without
+/// oneDNN) this is conv->forward(x). Same values and gradients either way (same operator
+/// semantics; tests/model_networks_test.cc compares both).
+/// x: [B, C_in, H, W]; returns [B, C_out, H', W'].
+torch::Tensor Conv2dForward(torch::nn::Conv2d& conv, const torch::Tensor& x);
 
 /// Block(c) of KeyCLD §3: 3×3 convolution (same padding) → GroupNorm with 8 groups → ReLU.
 /// Maps [B, in_channels, H, W] → [B, out_channels, H, W]. Submodules: "conv", "norm".
@@ -52,5 +63,20 @@ class UNetTrunkImpl : public torch::nn::Module {
   Block block1_{nullptr}, block2_{nullptr}, block3_{nullptr}, block4_{nullptr}, block5_{nullptr};
 };
 TORCH_MODULE(UNetTrunk);
+
+/// One convolution of a network, as the floating-point count sees it.
+struct ConvLayerShape {
+  int64_t in_channels, out_channels, kernel, out_height, out_width;
+  /// Multiply-adds counted as 2 FLOPs: 2 · C_in · C_out · k² · H_out · W_out (bias ignored).
+  double ForwardFlops() const;
+};
+
+/// The convolutions of a U-Net trunk (KeyCLD §3: blocks at H, H/2, H/4, H/2, H) followed by a
+/// 3×3 head with head_channels outputs, for one size×size frame; `size` a multiple of 4.
+std::vector<ConvLayerShape> UNetConvLayers(int64_t in_channels, int64_t hidden,
+                                           int64_t head_channels, int64_t size);
+
+/// Sum of ForwardFlops over layers.
+double ForwardFlops(const std::vector<ConvLayerShape>& layers);
 
 }  // namespace keycld
