@@ -1,9 +1,13 @@
-// Seconds per training step (one sequence: forward, backward, clip, Adam), KEYCLD.md §6.
+// Seconds per training step (one sequence: forward, backward, clip, Adam), KEYCLD.md §6, with
+// frames/s and the achieved GFLOP/s against TrainingStepFlops (the estimator's and renderer's
+// convolutions, forward + both backward products; 172.0 GFLOP per 50-frame sequence at the
+// paper setting, 10.8 GFLOP at the CPU preset).
 // Run: build/train_bench [--benchmark_filter=...]; the threads argument is LibTorch's
 // intra-op thread count.
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include "keycld/train/keycld_model.h"
 #include "keycld/train/loss.h"
 #include "keycld/train/vpt.h"
 
@@ -36,14 +40,22 @@ void BM_TrainStep(benchmark::State& state) {
   torch::Tensor images = torch::rand({N, 3, S, S});
   torch::Tensor u = torch::zeros({spec.action_dim});
   torch::Tensor ids = torch::randint(0, 8, {N}, torch::kInt64);
-  for (auto _ : state) {
+  auto step = [&] {
     LossTerms loss = SequenceLoss(model, images, u, ids, {});
     adam.zero_grad();
     loss.total.backward();
     for (auto& p : model->parameters())
       if (p.grad().defined()) p.grad().clamp_(-5, 5);
     adam.step();
-  }
+  };
+  step();  // warm-up: oneDNN primitive creation and first-touch of the activation buffers
+  for (auto _ : state) step();
+  const double flops = TrainingStepFlops(spec, N);
+  state.counters["frames/s"] =
+      benchmark::Counter(double(N) * double(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9 * double(state.iterations()),
+                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/step"] = flops * 1e-9;
   state.SetLabel(ModelKindName(spec.model) + " " + EnvNameString(spec.env) + " " + std::to_string(S) + "px h=" +
                  std::to_string(spec.hidden) + " N=" + std::to_string(N) + " threads=" +
                  std::to_string(state.range(4)));

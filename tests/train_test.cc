@@ -53,6 +53,16 @@ std::vector<torch::Tensor> Parameters(const std::filesystem::path& checkpoint) {
   return out;
 }
 
+TEST(Train, TrainingStepFlopsCountForwardAndBothBackwardPasses) {
+  ModelSpec spec;  // the paper setting: 64×64, h = 32, pendulum K = 1
+  // Per frame: forward (268,959,744 + 305,528,832) MACs · 2 FLOPs, three times (forward, weight
+  // and input gradients) less the estimator's first layer's input gradient (3·32·9·64² MACs).
+  const double per_frame = 3.0 * 2.0 * (268959744.0 + 305528832.0) - 2.0 * 3 * 32 * 9 * 4096;
+  EXPECT_DOUBLE_EQ(TrainingStepFlops(spec, 50), 50.0 * per_frame);
+  EXPECT_NEAR(TrainingStepFlops(spec, 50) / 1e9, 172.0, 0.05);
+  EXPECT_DOUBLE_EQ(TrainingStepFlops(spec, 10), TrainingStepFlops(spec, 50) / 5.0);
+}
+
 TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   TrainConfig c;
   c.data = "x.h5";

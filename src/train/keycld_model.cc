@@ -35,6 +35,13 @@ std::string DescribeModel(const ModelSpec& spec) {
          " px, " + std::to_string(spec.action_dim) + " actuator(s)";
 }
 
+double TrainingStepFlops(const ModelSpec& spec, int64_t frames) {
+  const auto estimator = UNetConvLayers(3, spec.hidden, spec.num_keypoints, spec.image_size);
+  const auto renderer = UNetConvLayers(spec.hidden, spec.hidden, 3, spec.image_size);
+  const double forward = ForwardFlops(estimator) + ForwardFlops(renderer);
+  return double(frames) * (3.0 * forward - estimator.front().ForwardFlops());
+}
+
 KeycldModelImpl::KeycldModelImpl(const ModelSpec& spec) : spec_(spec) {
   spec_.Validate();
   const int K = spec.num_keypoints;

@@ -51,6 +51,15 @@ int KeypointCount(EnvName env);
 /// 1 actuator(s)"; what the commands print about a checkpoint.
 std::string DescribeModel(const ModelSpec& spec);
 
+/// Floating-point work of one training step (KEYCLD.md §6) on a sequence of `frames` frames,
+/// counting the convolutions of the keypoint estimator and the renderer (KeyCLD §3), which are
+/// nearly all of it: forward 2·MACs of every convolution per frame; backward the same again for
+/// the gradient with respect to the weights and once more for the gradient with respect to the
+/// input, except the estimator's first layer (its input is the images). Left out: normalisation,
+/// activations, pooling, the spatial softmax and the dynamics (a few MFLOP per step). Paper
+/// setting (64×64, h = 32, K = 1, 50 frames): 172.0 GFLOP.
+double TrainingStepFlops(const ModelSpec& spec, int64_t frames);
+
 /// Encoded frames.
 struct Encoding {
   torch::Tensor keypoints;  // [T, K, 2], normalized image coordinates
