@@ -14,32 +14,6 @@
 
 namespace keycld {
 
-ModelKind ParseModelKind(const std::string& name) {
-  for (ModelKind kind : kAllModelKinds) {
-    if (name == ModelKindName(kind)) return kind;
-  }
-  throw InputError("unknown model '" + name + "' (expected keycld, keycld-nc or node2)");
-}
-
-std::string ModelKindName(ModelKind kind) {
-  switch (kind) {
-    case ModelKind::kKeycld:
-      return "keycld";
-    case ModelKind::kKeycldNc:
-      return "keycld-nc";
-    case ModelKind::kNode2:
-      return "node2";
-  }
-  return "?";
-}
-
-ModelKind ModelKindFromLegacyDynamics(const std::string& dynamics) {
-  if (dynamics == "constrained") return ModelKind::kKeycld;
-  if (dynamics == "unconstrained") return ModelKind::kKeycldNc;
-  throw InputError("unknown dynamics '" + dynamics +
-                   "' (expected constrained or unconstrained; newer files say model = keycld, "
-                   "keycld-nc or node2)");
-}
 
 TrainConfig TrainConfig::FromToml(const std::filesystem::path& file) {
   if (!std::filesystem::is_regular_file(file)) {
@@ -61,7 +35,7 @@ const std::set<std::string> kKeys[] = {
     {"hidden", "sigma", "model", "dynamics"},
     {"epochs", "max_steps", "lr", "dynamics_lr_scale", "grad_clip", "lr_schedule",
      "lr_final_scale", "lr_decay_start", "horizon", "w_dyn", "w_bce", "augment", "seed",
-     "threads", "device"},
+     "threads", "device", "precision"},
     {"val_runs", "rtol", "atol"}};
 const char* kSections[] = {"data", "model", "train", "eval"};
 
@@ -175,6 +149,7 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
   seed = uint64_t(s);
   Get(t, "train", "threads", &threads, origin);
   Get(t, "train", "device", &device, origin);
+  Get(t, "train", "precision", &precision, origin);
   Get(t, "eval", "val_runs", &val_runs, origin);
   Get(t, "eval", "rtol", &rtol, origin);
   Get(t, "eval", "atol", &atol, origin);
@@ -209,6 +184,9 @@ void TrainConfig::Validate() const {
   if (!(rtol > 0) || !(atol > 0)) fail("rtol and atol must be > 0");
   if (device != "cpu" && device.rfind("cuda", 0) != 0) {
     fail("device must be cpu, cuda or cuda:N, got '" + device + "'");
+  }
+  if (precision != "fp32" && precision != "bf16") {
+    fail("precision must be fp32 or bf16, got '" + precision + "'");
   }
 }
 
@@ -261,7 +239,8 @@ std::string TrainConfig::ToToml() const {
                             {"augment", augment},
                             {"seed", int64_t(seed)},
                             {"threads", threads},
-                            {"device", device}}},
+                            {"device", device},
+                            {"precision", precision}}},
       {"eval", toml::table{{"val_runs", val_runs}, {"rtol", rtol}, {"atol", atol}}},
   };
   std::ostringstream s;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <span>
 
+#include "keycld/sim/environment.h"
 #include "keycld/train/keycld_model.h"
 
 namespace keycld {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "keycld/sim/environment.h"
+#include "keycld/sim/env_name.h"
 
 namespace keycld {
 

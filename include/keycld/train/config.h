@@ -6,26 +6,9 @@
 #include <string>
 
 #include "keycld/sim/environment.h"
+#include "keycld/train/model_kind.h"
 
 namespace keycld {
-
-/// The model variant: they share the keypoint estimator, the renderer and the losses and differ
-/// only in the dynamics (KEYCLD.md §5, §9).
-enum class ModelKind {
-  kKeycld,    // "keycld": constrained Lagrangian, ẍ = M⁻¹ (f − Dᵀ λ)
-  kKeycldNc,  // "keycld-nc": the same Lagrangian without constraints, ẍ = M⁻¹ f
-  kNode2,     // "node2": black-box second-order neural ODE ẍ = g(x, ẋ, u)
-};
-/// Parses "keycld" | "keycld-nc" | "node2"; throws InputError otherwise.
-ModelKind ParseModelKind(const std::string& name);
-/// The name ParseModelKind reads ("keycld", "keycld-nc", "node2").
-std::string ModelKindName(ModelKind kind);
-/// Reads the `dynamics` value of configurations and checkpoints written before model variants
-/// existed: "constrained" → keycld, "unconstrained" → keycld-nc; throws InputError otherwise.
-ModelKind ModelKindFromLegacyDynamics(const std::string& dynamics);
-/// All variants, in the order of the paper's table.
-inline constexpr ModelKind kAllModelKinds[] = {ModelKind::kKeycld, ModelKind::kKeycldNc,
-                                               ModelKind::kNode2};
 
 /// Every setting of a training run. Defaults are the paper's (KEYCLD.md §3, §6).
 struct TrainConfig {
@@ -58,6 +41,7 @@ struct TrainConfig {
   uint64_t seed = 0;
   int threads = 0;                  // LibTorch intra-op threads (0 = all cores)
   std::string device = "cpu";       // cpu | cuda | cuda:N
+  std::string precision = "fp32";   // fp32 | bf16: the convolutions' arithmetic (autocast)
   // [eval]
   int val_runs = 10;                // validation runs for the per-epoch VPT (0 = all)
   double rtol = 1.4e-8, atol = 1.4e-8;  // Dormand–Prince tolerances

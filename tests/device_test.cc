@@ -1,0 +1,176 @@
+// `--device cuda`: the model, the training step and the prediction on a CUDA device give the
+// CPU's values. Skipped where LibTorch sees no CUDA device (this project's CI); run on a GPU
+// machine with a CUDA LibTorch (docs/benchmarks.md, "GPU").
+#include <ATen/Context.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "keycld/train/keycld_model.h"
+#include "keycld/train/loss.h"
+#include "keycld/train/vpt.h"
+
+namespace keycld {
+namespace {
+
+bool HaveCuda() { return torch::cuda::is_available(); }
+
+ModelSpec Spec(EnvName env, ModelKind kind, int size, int hidden) {
+  ModelSpec spec;
+  spec.env = env;
+  spec.num_keypoints = KeypointCount(env);
+  spec.action_dim = env == EnvName::kPendulum ? 1 : 2;
+  spec.image_size = size;
+  spec.hidden = hidden;
+  spec.dt = env == EnvName::kPendulum ? 0.02 : 0.01;
+  spec.model = kind;
+  return spec;
+}
+
+// Full float32 on the GPU (no TF32), so that the comparison measures the port, not TF32's
+// 10-bit mantissa.
+class CudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveCuda()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+    at::globalContext().setAllowTF32CuDNN(false);
+    at::globalContext().setAllowTF32CuBLAS(false);
+  }
+};
+
+void ExpectClose(const torch::Tensor& cuda, const torch::Tensor& cpu, double rtol,
+                 const std::string& what) {
+  ASSERT_TRUE(cuda.is_cuda()) << what;
+  const torch::Tensor a = cuda.cpu().to(torch::kFloat64), b = cpu.to(torch::kFloat64);
+  const double scale = std::max(b.abs().max().item<double>(), 1e-6);
+  const double err = (a - b).abs().max().item<double>();
+  EXPECT_LE(err, rtol * scale) << what << ": max |cuda - cpu| = " << err << ", max |cpu| = "
+                               << scale;
+}
+
+// One training step (loss, backward, Adam) of every variant, same weights on both devices.
+TEST_F(CudaTest, TrainingStepMatchesTheCpu) {
+  const torch::Device cuda(torch::kCUDA);
+  for (EnvName env : {EnvName::kPendulum, EnvName::kCartpole}) {
+    for (ModelKind kind : kAllModelKinds) {
+      const ModelSpec spec = Spec(env, kind, 32, 16);
+      const std::string name = EnvNameString(env) + "/" + ModelKindName(kind);
+      torch::manual_seed(1);
+      KeycldModel cpu(spec);
+      torch::manual_seed(1);
+      KeycldModel gpu(spec);
+      gpu->to(cuda);
+      ASSERT_EQ(gpu->device().type(), torch::kCUDA);
+      torch::manual_seed(2);
+      const torch::Tensor images = torch::rand({20, 3, 32, 32});
+      const torch::Tensor u = torch::randn({spec.action_dim});
+      const torch::Tensor ids = torch::randint(0, 8, {20}, torch::kInt64);
+      torch::optim::Adam adam_cpu(cpu->parameters(), torch::optim::AdamOptions(1e-3));
+      torch::optim::Adam adam_gpu(gpu->parameters(), torch::optim::AdamOptions(1e-3));
+      LossTerms l_cpu = SequenceLoss(cpu, images, u, ids, {});
+      LossTerms l_gpu = SequenceLoss(gpu, images.to(cuda), u.to(cuda), ids.to(cuda), {});
+      ExpectClose(l_gpu.reconstruction, l_cpu.reconstruction, 1e-4, name + " reconstruction");
+      ExpectClose(l_gpu.dynamics, l_cpu.dynamics, 1e-3, name + " dynamics loss");
+      ExpectClose(l_gpu.heatmap, l_cpu.heatmap, 1e-4, name + " heatmap loss");
+      l_cpu.total.backward();
+      l_gpu.total.backward();
+      auto p_cpu = cpu->named_parameters(), p_gpu = gpu->named_parameters();
+      for (const auto& item : p_cpu) {
+        const torch::Tensor& g = p_gpu[item.key()].grad();
+        ASSERT_TRUE(g.defined()) << name << " " << item.key();
+        ExpectClose(g, item.value().grad(), 2e-3, name + " gradient of " + item.key());
+      }
+      adam_cpu.step();
+      adam_gpu.step();
+      for (const auto& item : p_cpu) {
+        ExpectClose(p_gpu[item.key()], item.value(), 1e-4, name + " after Adam: " + item.key());
+      }
+    }
+  }
+}
+
+// The VPT prediction (estimate three frames, float64 Dormand–Prince, render) on the GPU.
+TEST_F(CudaTest, PredictionMatchesTheCpu) {
+  const torch::Device cuda(torch::kCUDA);
+  for (EnvName env : {EnvName::kPendulum, EnvName::kCartpole}) {
+    const ModelSpec spec = Spec(env, ModelKind::kKeycld, 32, 16);
+    torch::manual_seed(3);
+    KeycldModel cpu(spec);
+    torch::manual_seed(3);
+    KeycldModel gpu(spec);
+    gpu->to(cuda);
+    cpu->eval();
+    gpu->eval();
+    torch::manual_seed(4);
+    const torch::Tensor first3 = torch::randint(0, 256, {4, 3, 32, 32, 3}, torch::kUInt8);
+    const torch::Tensor actions = 0.1 * torch::randn({4, spec.action_dim});
+    IntegratorOptions options;
+    KeypointPrediction a =
+        PredictKeypoints(cpu, first3, actions, 60, IntegratorMethod::kDopri5, options);
+    KeypointPrediction b = PredictKeypoints(gpu, first3.to(cuda), actions.to(cuda), 60,
+                                            IntegratorMethod::kDopri5, options);
+    ExpectClose(b.keypoints, a.keypoints, 1e-3, EnvNameString(env) + " predicted keypoints");
+    torch::NoGradGuard no_grad;
+    ExpectClose(gpu->Render(b.keypoints.reshape({-1, spec.num_keypoints, 2})),
+                cpu->Render(a.keypoints.reshape({-1, spec.num_keypoints, 2})), 1e-3,
+                EnvNameString(env) + " rendered prediction");
+  }
+}
+
+// Paper-setting training on the GPU lowers the loss on a fixed sequence; also prints the step
+// time and single-frame latency (medians of 10 after 3 warm-ups) that docs/benchmarks.md quotes.
+TEST_F(CudaTest, PaperSettingTrainingLowersTheLoss) {
+  const torch::Device cuda(torch::kCUDA);
+  at::globalContext().setAllowTF32CuDNN(true);  // LibTorch's default for convolutions
+  const ModelSpec spec = Spec(EnvName::kPendulum, ModelKind::kKeycld, 64, 32);
+  torch::manual_seed(0);
+  KeycldModel model(spec);
+  model->to(cuda);
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(3e-4));
+  const torch::Tensor images = torch::rand({50, 3, 64, 64}, cuda);
+  const torch::Tensor u = torch::zeros({1}, cuda);
+  const torch::Tensor ids = torch::randint(0, 8, {50}, torch::TensorOptions(cuda).dtype(torch::kInt64));
+  auto median_seconds = [](const std::function<void()>& f) {
+    for (int i = 0; i < 3; ++i) f();
+    torch::cuda::synchronize();
+    std::vector<double> t;
+    for (int i = 0; i < 10; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      f();
+      torch::cuda::synchronize();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  std::vector<double> losses;
+  const double step = median_seconds([&] {
+    LossTerms loss = SequenceLoss(model, images, u, ids, {});
+    adam.zero_grad();
+    loss.total.backward();
+    adam.step();
+    losses.push_back(loss.total.item<double>());
+  });
+  model->eval();
+  const torch::Tensor frame = images.slice(0, 0, 1);
+  const double latency = median_seconds([&] {
+    c10::InferenceMode guard;
+    model->Encode(frame);
+  });
+  std::printf("[cuda] paper-setting training step %.4f s (%.1f GFLOP/s against %.1f GFLOP); "
+              "one 64x64 frame %.3f ms\n",
+              step, TrainingStepFlops(spec, 50) * 1e-9 / step, TrainingStepFlops(spec, 50) * 1e-9,
+              latency * 1e3);
+  ASSERT_EQ(losses.size(), 13u);
+  EXPECT_LT(losses.back(), losses.front()) << "loss " << losses.front() << " -> "
+                                                 << losses.back();
+}
+
+}  // namespace
+}  // namespace keycld
