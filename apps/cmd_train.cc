@@ -54,7 +54,7 @@ void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::pat
 }
 
 struct TrainArgs {
-  std::string data, out, config, device, model;
+  std::string data, out, config, device, model, precision;
   std::optional<int> epochs, hidden, threads;
   std::optional<double> lr;
   std::optional<int64_t> steps, seed;
@@ -78,6 +78,9 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
   cmd->add_option("--seed", a->seed, "Random seed (≥ 0)");
   cmd->add_option("--threads", a->threads, "LibTorch threads (0 = all cores)");
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N");
+  cmd->add_option("--precision", a->precision,
+                  "fp32 | bf16: arithmetic of the estimator's and renderer's convolutions "
+                  "(bf16 autocast needs AVX512-BF16/AMX or a CUDA device)");
   cmd->add_option("--model", a->model,
                   "keycld | keycld-nc (no constraints) | node2 (black-box ODE); default keycld")
       ->check(CLI::IsMember({"keycld", "keycld-nc", "node2"}));
@@ -97,7 +100,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
                                  std::filesystem::exists(t.config.DataFile()) &&
                                  std::filesystem::equivalent(a->data, t.config.DataFile())))) {
         throw InputError("--resume continues the saved configuration; only --epochs, "
-                         "--steps, --lr, --threads and --device may change");
+                         "--steps, --lr, --threads, --device and --precision may change");
       }
     } else {
       if (!a->config.empty()) t.config = TrainConfig::FromToml(a->config);
@@ -113,6 +116,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
     if (a->lr) t.config.lr = *a->lr;
     if (a->threads) t.config.threads = *a->threads;
     if (!a->device.empty()) t.config.device = a->device;
+    if (!a->precision.empty()) t.config.precision = a->precision;
     PrintTrainSummary(Train(t));
     return 0;
   };

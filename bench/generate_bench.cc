@@ -37,7 +37,8 @@ void BM_RenderFrame(benchmark::State& state) {
     env.Step();
     renderer.Render(env, rgb);
   }
-  state.SetItemsProcessed(state.iterations());
+  state.counters["frames/s"] =
+      benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
   state.SetLabel(EnvNameString(env.name()) + " " + gl->info().platform);
 }
 BENCHMARK(BM_RenderFrame)->ArgsProduct({{0, 1, 2}, {64}})->Unit(benchmark::kMillisecond);
@@ -56,7 +57,8 @@ void BM_GenerateDataset(benchmark::State& state) {
   o.progress = false;
   for (auto _ : state) GenerateDataset(o);
   std::filesystem::remove_all(dir);
-  state.SetItemsProcessed(state.iterations() * o.runs * o.frames);
+  state.counters["frames/s"] = benchmark::Counter(
+      double(state.iterations() * o.runs * o.frames), benchmark::Counter::kIsRate);
   state.SetLabel(EnvNameString(o.env) + ", frames/s incl. startup and grid");
 }
 BENCHMARK(BM_GenerateDataset)->DenseRange(0, 2)->Unit(benchmark::kSecond)->UseRealTime()

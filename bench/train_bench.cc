@@ -17,7 +17,7 @@ namespace keycld {
 namespace {
 
 // Args: image size, hidden width h, frames N, environment (0 pendulum, 1 cartpole), threads,
-// model (0 keycld, 1 keycld-nc, 2 node2).
+// model (0 keycld, 1 keycld-nc, 2 node2), precision (0 fp32, 1 bf16 autocast).
 void BM_TrainStep(benchmark::State& state) {
   torch::set_num_threads(int(state.range(4)));
   torch::manual_seed(0);
@@ -30,6 +30,12 @@ void BM_TrainStep(benchmark::State& state) {
   spec.dt = 0.02;
   spec.model = kAllModelKinds[state.range(5)];
   KeycldModel model(spec);
+  const Precision precision = state.range(6) ? Precision::kBfloat16 : Precision::kFloat32;
+  if (precision == Precision::kBfloat16 && !HasNativeBf16(torch::kCPU)) {
+    state.SkipWithError("no native bf16 on this CPU");
+    return;
+  }
+  model->SetPrecision(precision);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(model->PerceptionParameters(),
                       std::make_unique<torch::optim::AdamOptions>(3e-4));
@@ -58,17 +64,19 @@ void BM_TrainStep(benchmark::State& state) {
   state.counters["GFLOP/step"] = flops * 1e-9;
   state.SetLabel(ModelKindName(spec.model) + " " + EnvNameString(spec.env) + " " + std::to_string(S) + "px h=" +
                  std::to_string(spec.hidden) + " N=" + std::to_string(N) + " threads=" +
-                 std::to_string(state.range(4)));
+                 std::to_string(state.range(4)) + " " + PrecisionName(precision));
 }
 BENCHMARK(BM_TrainStep)
-    ->Args({64, 32, 50, 0, 2, 0})   // the paper's setting
-    ->Args({64, 32, 50, 0, 1, 0})
-    ->Args({32, 16, 50, 0, 2, 0})   // CPU quick preset, each variant
-    ->Args({32, 16, 50, 0, 2, 1})
-    ->Args({32, 16, 50, 0, 2, 2})
-    ->Args({32, 16, 50, 1, 2, 0})
-    ->Args({32, 16, 50, 1, 2, 1})
-    ->Args({32, 16, 50, 1, 2, 2})
+    ->Args({64, 32, 50, 0, 2, 0, 0})   // the paper's setting
+    ->Args({64, 32, 50, 0, 1, 0, 0})
+    ->Args({64, 32, 50, 0, 2, 0, 1})   // bf16
+    ->Args({32, 16, 50, 0, 2, 0, 0})   // CPU quick preset, each variant
+    ->Args({32, 16, 50, 0, 2, 1, 0})
+    ->Args({32, 16, 50, 0, 2, 2, 0})
+    ->Args({32, 16, 50, 0, 2, 0, 1})   // bf16
+    ->Args({32, 16, 50, 1, 2, 0, 0})
+    ->Args({32, 16, 50, 1, 2, 1, 0})
+    ->Args({32, 16, 50, 1, 2, 2, 0})
     ->Unit(benchmark::kSecond)
     ->UseRealTime()
     ->MinTime(5.0);

@@ -70,10 +70,15 @@ TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   c.lr = 1e-3;
   c.augment = false;
   c.model = ModelKind::kNode2;
+  c.precision = "bf16";
   TrainConfig d;
   d.MergeToml(c.ToToml(), "roundtrip");
   EXPECT_EQ(d.ToToml(), c.ToToml());
   EXPECT_EQ(d.hidden, 16);
+  EXPECT_EQ(d.precision, "bf16");
+  TrainConfig fp16;
+  fp16.MergeToml("[train]\nprecision = \"fp16\"\n", "t");
+  EXPECT_THROW(fp16.Validate(), InputError);
   EXPECT_FALSE(d.augment);
   EXPECT_THROW(d.MergeToml("[train]\nlearning_rate = 1.0\n", "t"), InputError);
   EXPECT_THROW(d.MergeToml("[train]\nepochs = \"many\"\n", "t"), InputError);

@@ -436,3 +436,59 @@ TEST(Variants, TrainCommandTakesTheModel) {
 
 }  // namespace
 }  // namespace keycld
+
+namespace keycld {
+namespace {
+
+// --precision bf16: the convolutions run under bf16 autocast, everything the model returns is
+// float32 and close to the float32 model's; the autocast ends with the call; a training step
+// gets finite gradients. On a CPU without native bf16 the setting is refused.
+TEST(TrainPrecision, Bf16ConvolutionsAgreeWithFloat32OrAreRefused) {
+  EXPECT_EQ(ParsePrecision("fp32"), Precision::kFloat32);
+  EXPECT_EQ(ParsePrecision("bf16"), Precision::kBfloat16);
+  EXPECT_THROW(ParsePrecision("fp16"), InputError);
+  EXPECT_EQ(PrecisionName(ParsePrecision("bf16")), "bf16");
+  const ModelSpec spec = testing::TinyModelSpec(EnvName::kCartpole);
+  torch::manual_seed(5);
+  KeycldModel model(spec);
+  torch::manual_seed(6);
+  const torch::Tensor images = torch::rand({12, 3, spec.image_size, spec.image_size});
+  torch::Tensor ref_keypoints, ref_images;
+  {
+    torch::NoGradGuard no_grad;
+    ref_keypoints = model->Encode(images).keypoints;
+    ref_images = model->Render(ref_keypoints);
+  }
+  if (!HasNativeBf16(torch::kCPU)) {
+    EXPECT_THROW(model->SetPrecision(Precision::kBfloat16), InputError);
+    GTEST_SKIP() << "this CPU has no native bf16 (avx512_bf16 / amx_bf16)";
+  }
+  model->SetPrecision(Precision::kBfloat16);
+  EXPECT_EQ(model->precision(), Precision::kBfloat16);
+  {
+    torch::NoGradGuard no_grad;
+    Encoding e = model->Encode(images);
+    torch::Tensor rendered = model->Render(ref_keypoints);
+    EXPECT_EQ(e.keypoints.scalar_type(), torch::kFloat32);
+    EXPECT_EQ(e.heatmaps.scalar_type(), torch::kFloat32);
+    EXPECT_EQ(rendered.scalar_type(), torch::kFloat32);
+    const double dk = (e.keypoints - ref_keypoints).abs().max().item<double>();
+    const double di = (rendered - ref_images).abs().max().item<double>();
+    EXPECT_GT(dk, 0.0) << "bf16 gave exactly the float32 keypoints: autocast did not apply";
+    EXPECT_LT(dk, 0.02) << "keypoints (normalized units)";
+    EXPECT_GT(di, 0.0);
+    EXPECT_LT(di, 0.02) << "rendered pixels in [0, 1]";
+    // The autocast ended with the call: the estimator on its own computes in float32 again.
+    EXPECT_TRUE(torch::equal(model->estimator->Estimate(images, {}).keypoints, ref_keypoints));
+  }
+  LossTerms loss = SequenceLoss(model, images, torch::zeros({spec.action_dim}), {}, {});
+  loss.total.backward();
+  for (const auto& p : model->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_EQ(p.value().grad().scalar_type(), torch::kFloat32) << p.key();
+    EXPECT_TRUE(torch::isfinite(p.value().grad()).all().item<bool>()) << p.key();
+  }
+}
+
+}  // namespace
+}  // namespace keycld

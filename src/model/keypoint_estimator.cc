@@ -22,7 +22,7 @@ KeypointEstimatorImpl::KeypointEstimatorImpl(int64_t num_keypoints, int64_t hidd
 }
 
 torch::Tensor KeypointEstimatorImpl::Logits(const torch::Tensor& images) {
-  return Conv2dForward(head_, trunk_->forward(images));
+  return OutputConv2dForward(head_, trunk_->forward(images));
 }
 
 torch::Tensor KeypointEstimatorImpl::forward(const torch::Tensor& images,

@@ -44,7 +44,7 @@ torch::Tensor RendererImpl::forward(const torch::Tensor& keypoints) {
   torch::Tensor maps = GaussianMaps(keypoints, height_, width_, sigma_);  // [B, K, H, W]
   torch::Tensor seed = seed_.unsqueeze(0).expand({batch, -1, -1, -1});
   torch::Tensor x = at::cat({seed, maps.to(seed_.scalar_type())}, 1);
-  return at::sigmoid(Conv2dForward(head_, trunk_->forward(x)));
+  return at::sigmoid(OutputConv2dForward(head_, trunk_->forward(x)));
 }
 
 }  // namespace keycld

@@ -1,8 +1,11 @@
 #include "keycld/train/keycld_model.h"
 
+#include <fstream>
 #include <string>
 
 #include "keycld/dynamics/constraints.h"
+#include "keycld/model/autocast.h"
+#include "keycld/model/keypoints.h"
 #include "keycld/util/error.h"
 
 namespace keycld {
@@ -34,6 +37,31 @@ std::string DescribeModel(const ModelSpec& spec) {
          ", h = " + std::to_string(spec.hidden) + ", " + std::to_string(spec.image_size) +
          " px, " + std::to_string(spec.action_dim) + " actuator(s)";
 }
+
+Precision ParsePrecision(const std::string& name) {
+  if (name == "fp32") return Precision::kFloat32;
+  if (name == "bf16") return Precision::kBfloat16;
+  throw InputError("unknown precision '" + name + "' (expected fp32 or bf16)");
+}
+
+std::string PrecisionName(Precision precision) {
+  return precision == Precision::kBfloat16 ? "bf16" : "fp32";
+}
+
+bool HasNativeBf16(const torch::Device& device) {
+  if (device.is_cuda()) return true;
+  if (!device.is_cpu()) return false;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    line += ' ';
+    return line.find(" avx512_bf16 ") != std::string::npos ||
+           line.find(" amx_bf16 ") != std::string::npos;
+  }
+  return false;
+}
+
 
 double TrainingStepFlops(const ModelSpec& spec, int64_t frames) {
   const auto estimator = UNetConvLayers(3, spec.hidden, spec.num_keypoints, spec.image_size);
@@ -104,13 +132,36 @@ torch::Tensor KeycldModelImpl::InputMatrix(const torch::Tensor& x) {
   return input_matrix->forward(x);
 }
 
+void KeycldModelImpl::SetPrecision(Precision precision) {
+  if (precision == Precision::kBfloat16 && !HasNativeBf16(device())) {
+    throw InputError("--precision bf16 needs a CUDA device or a CPU with AVX512-BF16 or AMX "
+                     "(none in this CPU's flags); use fp32");
+  }
+  precision_ = precision;
+}
+
 Encoding KeycldModelImpl::Encode(const torch::Tensor& images, const torch::Tensor& transform_ids) {
-  auto r = estimator->Estimate(images, transform_ids);
+  if (precision_ == Precision::kFloat32) {
+    auto r = estimator->Estimate(images, transform_ids);
+    return {r.keypoints, r.probabilities};
+  }
+  torch::Tensor logits;
+  {
+    AutocastGuard autocast(images.device(), true, at::kBFloat16);
+    logits = estimator->forward(images, transform_ids);
+  }
+  auto r = SpatialSoftmax(logits.to(torch::kFloat32));
   return {r.keypoints, r.probabilities};
 }
 
 torch::Tensor KeycldModelImpl::Render(const torch::Tensor& keypoints) {
-  return renderer->forward(keypoints);
+  if (precision_ == Precision::kFloat32) return renderer->forward(keypoints);
+  torch::Tensor images;
+  {
+    AutocastGuard autocast(keypoints.device(), true, at::kBFloat16);
+    images = renderer->forward(keypoints);
+  }
+  return images.to(torch::kFloat32);
 }
 
 torch::Tensor KeycldModelImpl::PotentialGradient(const torch::Tensor& x) {

@@ -195,9 +195,12 @@ TrainSummary Train(const TrainOptions& options) {
   spec.model = cfg.model;
   KeycldModel model(spec);
   model->to(device);
+  model->SetPrecision(ParsePrecision(cfg.precision));
   if (!options.quiet) {
-    std::printf("%s %s on %s\n", options.resume ? "resuming" : "training",
-                DescribeModel(spec).c_str(), data_file.c_str());
+    std::printf("%s %s%s on %s\n", options.resume ? "resuming" : "training",
+                DescribeModel(spec).c_str(),
+                model->precision() == Precision::kBfloat16 ? " (bf16 convolutions)" : "",
+                data_file.c_str());
     std::fflush(stdout);
   }
 

@@ -23,8 +23,8 @@
 #include "keycld/model/mechanics.h"
 #include "keycld/model/neural_ode.h"
 #include "keycld/model/renderer.h"
-#include "keycld/sim/environment.h"
-#include "keycld/train/config.h"
+#include "keycld/sim/env_name.h"
+#include "keycld/train/model_kind.h"
 
 namespace keycld {
 
@@ -60,6 +60,20 @@ std::string DescribeModel(const ModelSpec& spec);
 /// setting (64×64, h = 32, K = 1, 50 frames): 172.0 GFLOP.
 double TrainingStepFlops(const ModelSpec& spec, int64_t frames);
 
+/// Arithmetic of the estimator's and renderer's convolutions (`--precision`). bf16 is autocast
+/// (convolutions in bfloat16, GroupNorm, spatial softmax, keypoints, rendered images, dynamics
+/// and losses in float32); it is a choice of speed, not part of the model (checkpoints hold
+/// float32 weights either way).
+enum class Precision { kFloat32, kBfloat16 };
+/// Parses "fp32" | "bf16"; throws InputError otherwise.
+Precision ParsePrecision(const std::string& name);
+/// "fp32" | "bf16".
+std::string PrecisionName(Precision precision);
+/// Whether bf16 convolutions run natively on `device`: a CUDA device, or a CPU whose flags
+/// (/proc/cpuinfo) include avx512_bf16 or amx_bf16. Elsewhere oneDNN would emulate them, slower
+/// than float32.
+bool HasNativeBf16(const torch::Device& device);
+
 /// Encoded frames.
 struct Encoding {
   torch::Tensor keypoints;  // [T, K, 2], normalized image coordinates
@@ -85,6 +99,10 @@ class KeycldModelImpl : public torch::nn::Module {
   bool HasEnergy() const { return spec_.model != ModelKind::kNode2; }
   /// The device of the model's parameters.
   torch::Device device() const;
+  /// Precision of Encode and Render (default float32). Throws InputError for bf16 where
+  /// HasNativeBf16(device()) is false.
+  void SetPrecision(Precision precision);
+  Precision precision() const { return precision_; }
 
   /// Mass matrix diagonal [2K] (M = diag(m₁², m₁², …)). Throws InputError for node2 (as do the
   /// three methods below): see HasEnergy().
@@ -132,6 +150,7 @@ class KeycldModelImpl : public torch::nn::Module {
 
   ModelSpec spec_;
   std::shared_ptr<Dynamics> dynamics_;
+  Precision precision_ = Precision::kFloat32;
 };
 TORCH_MODULE(KeycldModel);
 
