@@ -80,7 +80,8 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N");
   cmd->add_option("--precision", a->precision,
                   "fp32 | bf16: arithmetic of the estimator's and renderer's convolutions "
-                  "(bf16 autocast needs AVX512-BF16/AMX or a CUDA device)");
+                  "(bf16 autocast needs AVX512-BF16/AMX or a CUDA device)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--model", a->model,
                   "keycld | keycld-nc (no constraints) | node2 (black-box ODE); default keycld")
       ->check(CLI::IsMember({"keycld", "keycld-nc", "node2"}));

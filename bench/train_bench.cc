@@ -1,7 +1,7 @@
 // Seconds per training step (one sequence: forward, backward, clip, Adam), KEYCLD.md §6, with
 // frames/s and the achieved GFLOP/s against TrainingStepFlops (the estimator's and renderer's
 // convolutions, forward + both backward products; 172.0 GFLOP per 50-frame sequence at the
-// paper setting, 10.8 GFLOP at the CPU preset).
+// paper setting, 10.9 GFLOP at the CPU preset).
 // Run: build/train_bench [--benchmark_filter=...]; the threads argument is LibTorch's
 // intra-op thread count.
 #include <benchmark/benchmark.h>

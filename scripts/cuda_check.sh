@@ -16,7 +16,12 @@ if torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)
         "devices", torch.cuda.device_count())'
   args+=(-DCMAKE_PREFIX_PATH="$torch_prefix")
 fi
-[ -n "$gtest_src" ] && args+=(-DKEYCLD_GTEST_SOURCE_DIR="$(realpath "$gtest_src")")
+if [ -n "$gtest_src" ]; then
+  [ -f "$gtest_src/CMakeLists.txt" ] || { echo "cuda_check.sh: '$gtest_src' is not a GoogleTest source tree (no CMakeLists.txt)" >&2; exit 1; }
+  args+=(-DKEYCLD_GTEST_SOURCE_DIR="$(realpath "$gtest_src")")
+else
+  args+=(-DKEYCLD_GTEST_SOURCE_DIR=)  # an installed GoogleTest, also after an earlier run named a tree
+fi
 command -v ninja > /dev/null && args+=(-G Ninja)
 cmake -S "$(dirname "$0")/.." -B "$build" "${args[@]}"
 cmake --build "$build" -j"$(nproc)"

@@ -50,6 +50,23 @@ testing::TempDir* EvaluateTest::dir_ = nullptr;
 std::string* EvaluateTest::run_output_ = nullptr;
 int EvaluateTest::run_rc_ = -1;
 
+// The summary names only frames that exist: a 6-frame evaluation has no frame 10 (it printed 0).
+TEST(EvaluateSummary, MissingFramesAreDashesNotZeros) {
+  EvaluationReport r;
+  r.mse_mean = {0.0, 0.25, 0.5, 0.75, 1.0, 1.25};
+  const std::string s = FormatEvaluationSummary(r);
+  const size_t at = s.find("MSE frame 1 / 10 / last ");
+  ASSERT_NE(at, std::string::npos) << s;
+  const std::string line = s.substr(at, s.find('\n', at) - at);
+  EXPECT_NE(line.find(" / - / "), std::string::npos) << line;
+  EXPECT_NE(line.find("1.25"), std::string::npos) << line;
+  r.mse_mean.resize(12, 2.0);
+  r.mse_mean[10] = 3.5;
+  const std::string s12 = FormatEvaluationSummary(r);
+  EXPECT_NE(s12.find("3.5"), std::string::npos) << s12;
+  EXPECT_EQ(s12.find(" / - / "), std::string::npos) << s12;
+}
+
 TEST_F(EvaluateTest, RunWritesAReportLinkingEveryFigure) {
   ASSERT_EQ(run_rc_, 0) << *run_output_;
   EXPECT_NE(run_output_->find("report: runs/tiny/report/report.md"), std::string::npos)

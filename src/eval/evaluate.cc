@@ -465,9 +465,9 @@ std::string FormatEvaluationSummary(const EvaluationReport& r) {
     << "  VPT (frames)           " << Fixed(r.vpt.mean, 2) << " ± " << Fixed(r.vpt.std, 2)
     << ", median " << Fixed(r.vpt.median, 1) << " over " << r.vpt.vpt.size()
     << " validation runs (ε = " << Sci(r.epsilon) << ")\n"
-    << "  MSE frame 1 / 10 / last " << Sci(r.mse_mean.size() > 1 ? r.mse_mean[1] : 0) << " / "
-    << Sci(r.mse_mean.size() > 10 ? r.mse_mean[10] : 0) << " / "
-    << Sci(r.mse_mean.empty() ? 0 : r.mse_mean.back()) << " (mean over runs)\n"
+    << "  MSE frame 1 / 10 / last " << (r.mse_mean.size() > 1 ? Sci(r.mse_mean[1]) : "-")
+    << " / " << (r.mse_mean.size() > 10 ? Sci(r.mse_mean[10]) : "-") << " / "
+    << (r.mse_mean.empty() ? "-" : Sci(r.mse_mean.back())) << " (mean over runs; - = no such frame)\n"
     << "  constraint residual    RMS " << Sci(r.constraint_rms) << ", max "
     << Sci(r.constraint_max) << " on the state grid\n"
     << "  masses m_k             ";

@@ -42,7 +42,8 @@ torch::Tensor Conv2dForward(torch::nn::Conv2d& conv, const torch::Tensor& x) {
   const auto& o = conv->options;
   const bool plain = Holds<torch::ExpandingArray<2>>(o.padding()) &&
                      Holds<torch::enumtype::kZeros>(o.padding_mode()) && !o.transposed();
-  if (plain && x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() == 4 && at::hasMKLDNN() &&
+  if (plain && x.is_cpu() && x.scalar_type() == at::kFloat && x.dim() == 4 &&
+      conv->weight.scalar_type() == at::kFloat && conv->weight.is_cpu() && at::hasMKLDNN() &&
       at::globalContext().userEnabledMkldnn() && !AutocastEnabled(x.device())) {
     const auto& pad = Get<torch::ExpandingArray<2>>(o.padding());
     return at::mkldnn_convolution(x, conv->weight, conv->bias, *pad, *o.stride(), *o.dilation(),

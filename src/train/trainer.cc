@@ -356,7 +356,17 @@ TrainSummary Train(const TrainOptions& options) {
       vo.rtol = cfg.rtol;
       vo.atol = cfg.atol;
       try {
-        VptResult v = ValidPredictionTime(model, val_images, val_actions, vo);
+        // Validation in float32, like `keycld evaluate`, whatever the training precision.
+        const Precision training_precision = model->precision();
+        model->SetPrecision(Precision::kFloat32);
+        VptResult v;
+        try {
+          v = ValidPredictionTime(model, val_images, val_actions, vo);
+        } catch (...) {
+          model->SetPrecision(training_precision);
+          throw;
+        }
+        model->SetPrecision(training_precision);
         summary.val_vpt_mean = v.mean;
         summary.val_vpt_median = v.median;
         summary.val_runs = int(v.vpt.size());
