@@ -91,7 +91,7 @@ TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   EXPECT_THROW(bad.Validate(), InputError);
 }
 
-TEST(Train, RunFolderRecordsTheDataSetsEnvironmentAndControlMode) {
+TEST(Train, RunFolderRecordsTheDataSetItWasTrainedOn) {
   // An explicit data file of control mode full, the config left at its defaults ("none"):
   // config.toml must say what the model was trained on (keycld control relies on it).
   testing::TempDir dir;
@@ -106,6 +106,11 @@ TEST(Train, RunFolderRecordsTheDataSetsEnvironmentAndControlMode) {
   recorded.MergeToml(text.str(), "config.toml");
   EXPECT_EQ(recorded.control, "full");
   EXPECT_EQ(recorded.env, "pendulum");
+  // TinyPendulumData: 6 runs of 10 frames at 16×16, seed 3 (not the defaults 500, 50, 64, 0).
+  EXPECT_EQ(recorded.size, 16);
+  EXPECT_EQ(recorded.runs, 6);
+  EXPECT_EQ(recorded.frames, 10);
+  EXPECT_EQ(recorded.data_seed, 3u);
 }
 
 TEST(Train, ATinyRunLowersTheLoss) {

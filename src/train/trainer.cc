@@ -235,12 +235,17 @@ TrainSummary Train(const TrainOptions& options) {
     }
   }
   fs::create_directories(checkpoints);
-  // The run records what it was trained on: with an explicit [data] file, the environment and
-  // control mode come from the file (keycld control reads the control mode from config.toml).
+  // The run records what it was trained on: with an explicit [data] file, the environment,
+  // control mode, size, runs, frames and seed come from the file (keycld control reads the
+  // control mode from config.toml).
   TrainConfig recorded = cfg;
   if (!cfg.data.empty()) {
     recorded.env = EnvNameString(info.env);
     recorded.control = ControlModeString(info.control);
+    recorded.size = info.size;
+    recorded.runs = info.runs;
+    recorded.frames = info.frames;
+    recorded.data_seed = info.seed;
   }
   WriteTextAtomically(run / "config.toml", recorded.ToToml());
   const fs::path metrics_file = run / "metrics.jsonl";
