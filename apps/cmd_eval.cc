@@ -11,18 +11,20 @@ namespace {
 struct EvaluateArgs {
   std::string run_dir, data, out, solver = "dopri5", device, checkpoint;
   int threads = 0, energy_frames = 500;
-  bool no_plots = false;
+  bool no_plots = false, all_checkpoints = false;
 };
 }  // namespace
 
 Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
   auto a = std::make_shared<EvaluateArgs>();
-  auto* cmd = app.add_subcommand(
-      "evaluate", "VPT on every validation run, error curve, constraint residuals, masses, "
-                  "energy, plots: RUN_DIR/report/evaluation.{json,md}");
+  auto* cmd =
+      app.add_subcommand("evaluate",
+                         "VPT on every validation run, error curve, constraint residuals, masses, "
+                         "energy, plots: RUN_DIR/report/evaluation.{json,md}");
   cmd->add_option("run_dir", a->run_dir, "Training run folder")->required();
   cmd->add_option("--data", a->data, "Data set (default: the one the run was trained on)");
-  cmd->add_option("--checkpoint", a->checkpoint, "Checkpoint (default RUN_DIR/checkpoints/last.pt)");
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "Checkpoint (default RUN_DIR/checkpoints/last.pt)");
   cmd->add_option("--solver", a->solver, "dopri5 (KEYCLD.md §8) | rk4 | euler")
       ->check(CLI::IsMember({"dopri5", "rk4", "euler"}))
       ->capture_default_str();
@@ -34,6 +36,10 @@ Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
       ->capture_default_str();
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N (default: the run's)");
   cmd->add_flag("--no-plots", a->no_plots, "Skip the PNG figures");
+  cmd->add_flag("--all-checkpoints", a->all_checkpoints,
+                "Evaluate every checkpoints/epoch-NNNN.pt: VPT and diagnostics per epoch "
+                "(checkpoints.{md,json,png})")
+      ->excludes("--checkpoint");
   return [a] {
     EvaluateOptions o;
     o.run_dir = a->run_dir;
@@ -45,6 +51,12 @@ Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
     o.threads = a->threads;
     o.device = a->device;
     o.plots = !a->no_plots;
+    if (a->all_checkpoints) {
+      std::vector<CheckpointRow> rows = EvaluateCheckpoints(o);
+      const std::filesystem::path out = o.out_dir.empty() ? o.run_dir / "report" : o.out_dir;
+      std::printf("%zu checkpoints; table: %s\n", rows.size(), (out / "checkpoints.md").c_str());
+      return 0;
+    }
     EvaluationReport r = Evaluate(o);
     std::printf("%s", FormatEvaluationSummary(r).c_str());
     std::printf("report: %s (%zu files, %.1f s)\n",

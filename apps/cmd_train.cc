@@ -17,9 +17,10 @@ namespace {
 
 void PrintTrainSummary(const TrainSummary& r) {
   if (r.steps_this_call == 0) {
-    std::printf("the run is already complete at step %lld (raise --epochs or --steps to "
-                "continue); checkpoint %s\n",
-                static_cast<long long>(r.steps), r.checkpoint.c_str());
+    std::printf(
+        "the run is already complete at step %lld (raise --epochs or --steps to "
+        "continue); checkpoint %s\n",
+        static_cast<long long>(r.steps), r.checkpoint.c_str());
     return;
   }
   std::printf("trained %lld steps (%lld epochs) in %.1f s, %.3f s/step; ",
@@ -33,9 +34,8 @@ void PrintTrainSummary(const TrainSummary& r) {
 }
 
 // `keycld run`'s prediction step (the prediction video and CSV; fills `report`).
-void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::path& data,
-                int frames, const std::shared_ptr<const GlobalOptions>& global,
-                RunReportInputs* report) {
+void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::path& data, int frames,
+                const std::shared_ptr<const GlobalOptions>& global, RunReportInputs* report) {
   PredictOptions p;
   p.run_dir = run_dir;
   p.data = data;
@@ -54,9 +54,9 @@ void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::pat
 }
 
 struct TrainArgs {
-  std::string data, out, config, device, model, precision;
+  std::string data, out, config, device, model, precision, integrator;
   std::optional<int> epochs, hidden, threads;
-  std::optional<double> lr;
+  std::optional<double> lr, integrator_warmup;
   std::optional<int64_t> steps, seed;
   bool resume = false;
 };
@@ -85,6 +85,13 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
   cmd->add_option("--model", a->model,
                   "keycld | keycld-nc (no constraints) | node2 (black-box ODE); default keycld")
       ->check(CLI::IsMember({"keycld", "keycld-nc", "node2"}));
+  cmd->add_option("--integrator", a->integrator,
+                  "Integrator of the dynamics loss after the warm-up: euler (the paper's, "
+                  "biased) | rk4 | verlet")
+      ->check(CLI::IsMember({"euler", "rk4", "verlet"}));
+  cmd->add_option("--integrator-warmup-epochs", a->integrator_warmup,
+                  "Epochs trained with the warm-up integrator before --integrator (0 = none)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_flag("--resume", a->resume, "Continue the run in --out from its last checkpoint");
   return [a] {
     TrainOptions t;
@@ -97,11 +104,13 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
       }
       t.config = TrainConfig::FromToml(saved);
       if (!a->config.empty() || a->hidden || a->seed || !a->model.empty() ||
-          (!a->data.empty() && !(std::filesystem::exists(a->data) &&
-                                 std::filesystem::exists(t.config.DataFile()) &&
-                                 std::filesystem::equivalent(a->data, t.config.DataFile())))) {
-        throw InputError("--resume continues the saved configuration; only --epochs, "
-                         "--steps, --lr, --threads, --device and --precision may change");
+          !a->integrator.empty() || a->integrator_warmup ||
+          (!a->data.empty() &&
+           !(std::filesystem::exists(a->data) && std::filesystem::exists(t.config.DataFile()) &&
+             std::filesystem::equivalent(a->data, t.config.DataFile())))) {
+        throw InputError(
+            "--resume continues the saved configuration; only --epochs, "
+            "--steps, --lr, --threads, --device and --precision may change");
       }
     } else {
       if (!a->config.empty()) t.config = TrainConfig::FromToml(a->config);
@@ -111,6 +120,8 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
       if (a->seed && *a->seed < 0) throw InputError("--seed must be ≥ 0");
       if (a->seed) t.config.seed = uint64_t(*a->seed);
       if (!a->model.empty()) t.config.model = ParseModelKind(a->model);
+      if (!a->integrator.empty()) t.config.integrator = a->integrator;
+      if (a->integrator_warmup) t.config.integrator_warmup_epochs = *a->integrator_warmup;
     }
     if (a->epochs) t.config.epochs = *a->epochs;
     if (a->steps) t.config.max_steps = *a->steps;
@@ -133,12 +144,13 @@ struct RunArgs {
 Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
   auto a = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand(
-      "run", "The main job: generate (or reuse) the data set, train (resuming an interrupted "
-             "run), evaluate, predict, and write RUN_DIR/report/report.md");
-  auto* env = cmd->add_option("--env", a->env, "pendulum | cartpole | acrobot")
-                  ->capture_default_str();
-  auto* control = cmd->add_option("--control", a->control, "none | under | full")
-                      ->capture_default_str();
+      "run",
+      "The main job: generate (or reuse) the data set, train (resuming an interrupted "
+      "run), evaluate, predict, and write RUN_DIR/report/report.md");
+  auto* env =
+      cmd->add_option("--env", a->env, "pendulum | cartpole | acrobot")->capture_default_str();
+  auto* control =
+      cmd->add_option("--control", a->control, "none | under | full")->capture_default_str();
   auto* preset = cmd->add_option("--preset", a->preset,
                                  "cpu-quick (about 30 min on 2 cores) | paper (KEYCLD.md, GPU)")
                      ->check(CLI::IsMember({"cpu-quick", "paper"}))
@@ -155,16 +167,16 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       ->capture_default_str();
   return [a, global] {
     const auto job_start = std::chrono::steady_clock::now();
-    const std::filesystem::path config_file =
-        a->config.empty() ? PresetFile(a->preset, a->env, a->control)
-                          : std::filesystem::path(a->config);
+    const std::filesystem::path config_file = a->config.empty()
+                                                  ? PresetFile(a->preset, a->env, a->control)
+                                                  : std::filesystem::path(a->config);
     TrainOptions t;
     t.config = TrainConfig::FromToml(config_file);
     t.config.Validate();
-    t.run_dir = !a->out.empty()     ? std::filesystem::path(a->out)
-                : a->config.empty() ? std::filesystem::path("runs") /
-                                          (a->env + "-" + a->control + "-" + a->preset)
-                                    : std::filesystem::path("runs") / config_file.stem();
+    t.run_dir = !a->out.empty() ? std::filesystem::path(a->out)
+                : a->config.empty()
+                    ? std::filesystem::path("runs") / (a->env + "-" + a->control + "-" + a->preset)
+                    : std::filesystem::path("runs") / config_file.stem();
     const bool resume = std::filesystem::exists(t.run_dir / "checkpoints" / "last.pt");
     if (resume) {
       // The run continues with its saved config; only a longer schedule may be asked for.
@@ -192,8 +204,7 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       std::printf("[1/4] using data set %s\n", data_file.c_str());
     }
     t.resume = resume;
-    std::printf("[2/4] training in %s%s\n", t.run_dir.c_str(),
-                t.resume ? " (resuming)" : "");
+    std::printf("[2/4] training in %s%s\n", t.run_dir.c_str(), t.resume ? " (resuming)" : "");
     std::fflush(stdout);
     TrainSummary ts = Train(t);
     PrintTrainSummary(ts);

@@ -162,6 +162,72 @@ TEST(IntegratorTest, NonFiniteStatesThrowNumericalError) {
   }
 }
 
+TEST(IntegratorTest, VerletConvergesWithOrderTwo) {
+  const double e1 = FinalError(IntegratorMethod::kVerlet, 0.01);
+  const double e2 = FinalError(IntegratorMethod::kVerlet, 0.005);
+  const double ratio = e1 / e2;
+  EXPECT_GT(ratio, 3.8);
+  EXPECT_LT(ratio, 4.2);
+}
+
+// Constant acceleration a: j steps of Δt from (x0, v0). The truth is x0 + jΔt v0 + a (jΔt)²/2;
+// explicit Euler gives a Δt² j(j−1)/2 instead (docs/method.md §5), RK4 and Verlet are exact,
+// and Euler with n substeps gives a Δt² j(j − 1/n)/2.
+TEST(IntegratorTest, ConstantAccelerationClosedForms) {
+  const double a = 1.7, dt = 0.02;
+  auto constant = [a](const torch::Tensor& x, const torch::Tensor&) {
+    return torch::full_like(x, a);
+  };
+  const torch::Tensor x0 = torch::tensor({{0.3}}, kF64), v0 = torch::tensor({{-0.8}}, kF64);
+  for (int substeps : {1, 4}) {
+    IntegratorOptions o;
+    o.substeps = substeps;
+    for (IntegratorMethod m :
+         {IntegratorMethod::kEuler, IntegratorMethod::kRk4, IntegratorMethod::kVerlet}) {
+      const Trajectory traj = Rollout(constant, x0, v0, dt, 4, m, o);
+      for (int j = 0; j <= 4; ++j) {
+        const double factor =
+            m == IntegratorMethod::kEuler ? 0.5 * j * (j - 1.0 / substeps) : 0.5 * j * j;
+        const double expected = 0.3 - 0.8 * j * dt + a * dt * dt * factor;
+        EXPECT_NEAR(traj.x[0][j][0].item<double>(), expected, 1e-14)
+            << IntegratorMethodString(m) << " substeps " << substeps << " j " << j;
+        EXPECT_NEAR(traj.xdot[0][j][0].item<double>(), -0.8 + a * j * dt, 1e-13);
+      }
+    }
+  }
+}
+
+// Fitting the acceleration of exact constant-acceleration data with the dynamics loss of
+// P = 4 steps (Σ_j ‖x_j − x̂_j‖²): Euler's least-squares optimum is Σj³(j−1) / Σj²(j−1)² =
+// 254/184 times the truth (docs/method.md §5), RK4's and Verlet's the truth.
+TEST(IntegratorTest, EulerLossOverestimatesTheAcceleration) {
+  const double a_true = 2.0, dt = 0.05;
+  const torch::Tensor x0 = torch::zeros({1, 1}, kF64), v0 = torch::full({1, 1}, 0.4, kF64);
+  auto loss_gradient = [&](IntegratorMethod m, double c) {
+    torch::Tensor param = torch::full({1}, c, kF64).requires_grad_(true);
+    auto acc = [&](const torch::Tensor& x, const torch::Tensor&) {
+      return torch::zeros_like(x) + param;
+    };
+    torch::Tensor state_x = x0, state_v = v0, loss = torch::zeros({}, kF64);
+    for (int j = 1; j <= 4; ++j) {
+      PhaseState next = FixedStep(m, acc, state_x, state_v, dt);
+      state_x = next.x;
+      state_v = next.xdot;
+      const double truth = 0.4 * j * dt + 0.5 * a_true * (j * dt) * (j * dt);
+      loss = loss + (state_x - truth).square().sum();
+    }
+    return torch::autograd::grad({loss}, {param})[0].item<double>();
+  };
+  for (auto [m, expected] :
+       {std::pair{IntegratorMethod::kEuler, 254.0 / 184.0}, std::pair{IntegratorMethod::kRk4, 1.0},
+        std::pair{IntegratorMethod::kVerlet, 1.0}}) {
+    // The loss is quadratic in the acceleration: the optimum from two gradients.
+    const double g0 = loss_gradient(m, 0.0), g1 = loss_gradient(m, 1.0);
+    EXPECT_NEAR(-g0 / (g1 - g0) / a_true, expected, 1e-9) << IntegratorMethodString(m);
+  }
+  EXPECT_THROW(FixedStep(IntegratorMethod::kDopri5, Oscillator, x0, v0, dt), InputError);
+}
+
 TEST(IntegratorTest, RejectsMalformedInput) {
   const Start s = OscillatorStart();
   EXPECT_THROW(Rollout(Oscillator, s.x0, s.v0, {0.0, 0.0}, IntegratorMethod::kRk4), InputError);
@@ -175,6 +241,8 @@ TEST(IntegratorTest, RejectsMalformedInput) {
   EXPECT_THROW(Rollout(Oscillator, s.x0, s.v0, 0.1, 2, IntegratorMethod::kDopri5, o), InputError);
   EXPECT_THROW(ParseIntegratorMethod("leapfrog"), InputError);
   EXPECT_EQ(ParseIntegratorMethod("dopri5"), IntegratorMethod::kDopri5);
+  EXPECT_EQ(ParseIntegratorMethod("verlet"), IntegratorMethod::kVerlet);
+  EXPECT_EQ(IntegratorMethodString(IntegratorMethod::kVerlet), "verlet");
 }
 
 TEST(IntegratorTest, DynamicsWithActionDrivesTheIntegrator) {

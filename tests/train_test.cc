@@ -1,8 +1,8 @@
 // Training (KEYCLD.md §6): loss decreases, exact resume, Ctrl-C, bad input, checkpoints.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
-#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,11 +71,19 @@ TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   c.augment = false;
   c.model = ModelKind::kNode2;
   c.precision = "bf16";
+  c.integrator = "verlet";
+  c.integrator_substeps = 3;
+  c.integrator_warmup_epochs = 2.5;
+  c.w_rec = 4.0;
+  c.w_dyn_warmup_epochs = 1.0;
   TrainConfig d;
   d.MergeToml(c.ToToml(), "roundtrip");
   EXPECT_EQ(d.ToToml(), c.ToToml());
   EXPECT_EQ(d.hidden, 16);
   EXPECT_EQ(d.precision, "bf16");
+  EXPECT_EQ(d.integrator, "verlet");
+  EXPECT_EQ(d.integrator_substeps, 3);
+  EXPECT_EQ(d.w_rec, 4.0);
   TrainConfig fp16;
   fp16.MergeToml("[train]\nprecision = \"fp16\"\n", "t");
   EXPECT_THROW(fp16.Validate(), InputError);
@@ -156,6 +164,134 @@ TEST(Train, ATinyRunLowersTheLoss) {
   EXPECT_EQ(epochs, 6);
   EXPECT_GE(s.val_vpt_mean, 0.0);
   EXPECT_LE(s.val_vpt_mean, 9.0);
+}
+
+// Each integrator of the dynamics loss trains (the loss of a fixed sequence, measured with that
+// integrator, falls), and a warm-up schedule is followed step by step and recorded.
+TEST(Train, EveryLossIntegratorLowersTheLossAndTheScheduleIsRecorded) {
+  testing::TempDir dir;
+  auto data = TinyData(dir.path());
+  Dataset d = Dataset::Open(data);
+  torch::Tensor images = ImagesToFloat(
+      torch::from_blob(d.ReadImages(0).data(), {10, 16, 16, 3}, torch::kUInt8).clone(),
+      torch::kCPU);
+  for (const char* name : {"rk4", "verlet"}) {
+    auto opt = TinyRun(data, dir / (std::string("run-") + name));
+    opt.config.epochs = 6;
+    opt.config.lr = 3e-3;
+    opt.config.integrator = name;
+    opt.config.integrator_warmup_epochs = 1;  // one epoch (5 steps) of Euler first
+    opt.config.max_acceleration = 1000;
+    LossOptions lo;
+    lo.integrator = ParseIntegratorMethod(name);
+    auto loss_of = [&](KeycldModel model) {
+      torch::NoGradGuard g;
+      return SequenceLoss(model, images, torch::zeros({1}), {}, lo).total.item<double>();
+    };
+    torch::manual_seed(opt.config.seed);
+    KeycldModel initial(testing::TinyModelSpec(EnvName::kPendulum));
+    const double before = loss_of(initial);
+    TrainSummary s = Train(opt);
+    const double after = loss_of(LoadModel(s.checkpoint, torch::kCPU));
+    EXPECT_LT(after, 0.8 * before) << name << ": before " << before << ", after " << after;
+    // metrics.jsonl: Euler for steps 1-5, then the chosen integrator.
+    std::ifstream metrics(opt.run_dir / "metrics.jsonl");
+    int euler = 0, chosen = 0;
+    for (std::string line; std::getline(metrics, line);) {
+      if (line.find("\"type\":\"step\"") == std::string::npos) continue;
+      const bool is_euler = line.find("\"integrator\":\"euler\"") != std::string::npos;
+      const bool early = line.find("\"epoch\":1,") != std::string::npos;
+      EXPECT_EQ(is_euler, early) << line;
+      (is_euler ? euler : chosen)++;
+    }
+    EXPECT_EQ(euler, 5);
+    EXPECT_EQ(chosen, 25);
+    // config.toml and the checkpoint both record the schedule.
+    TrainConfig recorded = TrainConfig::FromToml(opt.run_dir / "config.toml");
+    EXPECT_EQ(recorded.integrator, name);
+    EXPECT_EQ(recorded.integrator_warmup_epochs, 1.0);
+    TrainConfig in_checkpoint;
+    in_checkpoint.MergeToml(ReadCheckpointConfig(s.checkpoint), "checkpoint");
+    EXPECT_EQ(in_checkpoint.ToToml(), recorded.ToToml());
+  }
+  // The integrators give different losses for the same model; dopri5 is not a loss integrator.
+  torch::manual_seed(0);
+  KeycldModel m(testing::TinyModelSpec(EnvName::kPendulum));
+  torch::NoGradGuard g;
+  LossOptions euler, rk4, dopri;
+  rk4.integrator = IntegratorMethod::kRk4;
+  dopri.integrator = IntegratorMethod::kDopri5;
+  EXPECT_NE(SequenceLoss(m, images, torch::zeros({1}), {}, euler).dynamics.item<double>(),
+            SequenceLoss(m, images, torch::zeros({1}), {}, rk4).dynamics.item<double>());
+  EXPECT_THROW(SequenceLoss(m, images, torch::zeros({1}), {}, dopri), InputError);
+  LossOptions zero_substeps;
+  zero_substeps.substeps = 0;
+  EXPECT_THROW(SequenceLoss(m, images, torch::zeros({1}), {}, zero_substeps), InputError);
+}
+
+// The acceleration bound of the dynamics loss: no effect far above the accelerations, and with a
+// bound near zero the prediction is the constant-velocity one, x_t + jΔt ẋ_t, computed here.
+TEST(Train, AccelerationBoundOfTheDynamicsLoss) {
+  testing::TempDir dir;
+  Dataset d = Dataset::Open(TinyData(dir.path()));
+  torch::Tensor images = ImagesToFloat(
+      torch::from_blob(d.ReadImages(2).data(), {10, 16, 16, 3}, torch::kUInt8).clone(),
+      torch::kCPU);
+  torch::manual_seed(5);
+  KeycldModel m(testing::TinyModelSpec(EnvName::kPendulum, ModelKind::kKeycldNc));
+  torch::NoGradGuard g;
+  const torch::Tensor u = torch::zeros({1});
+  for (IntegratorMethod method : {IntegratorMethod::kEuler, IntegratorMethod::kRk4}) {
+    LossOptions free, loose, tight;
+    free.integrator = loose.integrator = tight.integrator = method;
+    loose.max_acceleration = 1e12;
+    tight.max_acceleration = 1e-12;
+    EXPECT_EQ(SequenceLoss(m, images, u, {}, free).dynamics.item<double>(),
+              SequenceLoss(m, images, u, {}, loose).dynamics.item<double>());
+    // Constant velocity from the central differences (NC: no velocity projection).
+    const torch::Tensor x = m->Encode(images).keypoints.reshape({10, 2}).to(torch::kFloat64);
+    double expected = 0;
+    for (int t = 1; t + 4 <= 9; ++t) {
+      const torch::Tensor v = (x[t + 1] - x[t - 1]) / (2 * 0.02);
+      for (int j = 1; j <= 4; ++j)
+        expected += (x[t] + v * (j * 0.02) - x[t + j]).square().sum().item<double>();
+    }
+    EXPECT_NEAR(SequenceLoss(m, images, u, {}, tight).dynamics.item<double>(), expected,
+                1e-5 * expected + 1e-9);
+  }
+  LossOptions negative;
+  negative.max_acceleration = -1;
+  EXPECT_THROW(SequenceLoss(m, images, u, {}, negative), InputError);
+}
+
+TEST(Train, IntegratorAndWeightSchedules) {
+  TrainConfig c;
+  c.integrator = "rk4";
+  c.integrator_substeps = 2;
+  c.integrator_warmup_epochs = 1.5;
+  c.w_dyn = 2.0;
+  c.w_dyn_warmup_epochs = 2.0;
+  // 10 training runs per epoch: warm-up until step 15, w_dyn ramps over 20 steps.
+  EXPECT_EQ(c.IntegratorAt(0, 10), IntegratorMethod::kEuler);
+  EXPECT_EQ(c.SubstepsAt(0, 10), 1);
+  EXPECT_EQ(c.IntegratorAt(14, 10), IntegratorMethod::kEuler);
+  EXPECT_EQ(c.IntegratorAt(15, 10), IntegratorMethod::kRk4);
+  EXPECT_EQ(c.SubstepsAt(15, 10), 2);
+  EXPECT_DOUBLE_EQ(c.WDynAt(0, 10), 0.0);
+  EXPECT_DOUBLE_EQ(c.WDynAt(5, 10), 0.5);
+  EXPECT_DOUBLE_EQ(c.WDynAt(20, 10), 2.0);
+  EXPECT_DOUBLE_EQ(c.WDynAt(400, 10), 2.0);
+  TrainConfig plain;
+  EXPECT_EQ(plain.IntegratorAt(0, 10), IntegratorMethod::kEuler);  // the paper's
+  EXPECT_DOUBLE_EQ(plain.WDynAt(0, 10), 1.0);
+  for (const char* bad :
+       {"[train]\nintegrator = \"dopri5\"\n", "[train]\nwarmup_integrator = \"leapfrog\"\n",
+        "[train]\nintegrator_substeps = 0\n", "[train]\nintegrator_warmup_epochs = -1.0\n",
+        "[train]\nw_rec = -1.0\n", "[train]\nw_dyn = nan\n"}) {
+    TrainConfig t;
+    t.MergeToml(bad, "t");
+    EXPECT_THROW(t.Validate(), InputError) << bad;
+  }
 }
 
 TEST(Train, ResumesBitForBit) {
@@ -272,9 +408,9 @@ TEST(Train, CtrlCSavesAndTheRunResumes) {
   testing::TempDir dir;
   auto data = TinyData(dir.path());
   const std::string run = (dir / "run").string();
-  std::vector<std::string> args = {KEYCLD_CLI_PATH, "train", "--data", data.string(),
-                                   "--out", run, "--hidden", "8", "--epochs", "200",
-                                   "--threads", "1"};
+  std::vector<std::string> args = {KEYCLD_CLI_PATH, "train", "--data",    data.string(),
+                                   "--out",         run,     "--hidden",  "8",
+                                   "--epochs",      "200",   "--threads", "1"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -106,12 +106,11 @@ Trajectory FixedStepRollout(const AccelerationFn& acc, const torch::Tensor& x0,
   Trajectory out;
   std::vector<torch::Tensor> xs{x0}, vs{xdot0};
   torch::Tensor x = x0, v = xdot0;
-  const int evals_per_step = method == IntegratorMethod::kEuler ? 1 : 4;
+  const int evals_per_step = EvaluationsPerStep(method);
   for (size_t i = 1; i < times.size(); ++i) {
     const double dt = (times[i] - times[i - 1]) / o.substeps;
     for (int s = 0; s < o.substeps; ++s) {
-      PhaseState next =
-          method == IntegratorMethod::kEuler ? EulerStep(acc, x, v, dt) : Rk4Step(acc, x, v, dt);
+      PhaseState next = FixedStep(method, acc, x, v, dt);
       x = next.x;
       v = next.xdot;
       ++out.accepted_steps;
@@ -257,7 +256,24 @@ IntegratorMethod ParseIntegratorMethod(const std::string& name) {
   if (name == "euler") return IntegratorMethod::kEuler;
   if (name == "rk4") return IntegratorMethod::kRk4;
   if (name == "dopri5") return IntegratorMethod::kDopri5;
-  throw InputError("unknown integrator '" + name + "' (expected euler, rk4 or dopri5)");
+  if (name == "verlet") return IntegratorMethod::kVerlet;
+  throw InputError("unknown integrator '" + name + "' (expected euler, rk4, verlet or dopri5)");
+}
+
+bool IsFixedStep(IntegratorMethod method) { return method != IntegratorMethod::kDopri5; }
+
+int EvaluationsPerStep(IntegratorMethod method) {
+  switch (method) {
+    case IntegratorMethod::kEuler:
+      return 1;
+    case IntegratorMethod::kVerlet:
+      return 2;
+    case IntegratorMethod::kRk4:
+      return 4;
+    case IntegratorMethod::kDopri5:
+      break;
+  }
+  throw InputError("EvaluationsPerStep: dopri5 has no fixed number of evaluations per step");
 }
 
 std::string IntegratorMethodString(IntegratorMethod method) {
@@ -268,6 +284,8 @@ std::string IntegratorMethodString(IntegratorMethod method) {
       return "rk4";
     case IntegratorMethod::kDopri5:
       return "dopri5";
+    case IntegratorMethod::kVerlet:
+      return "verlet";
   }
   return "?";
 }
@@ -290,6 +308,29 @@ PhaseState Rk4Step(const AccelerationFn& acc, const torch::Tensor& x, const torc
   const torch::Tensor a4 = acc(x + v3 * dt, v4);
   return {x + (v1 + 2.0 * v2 + 2.0 * v3 + v4) * (dt / 6.0),
           xdot + (a1 + 2.0 * a2 + 2.0 * a3 + a4) * (dt / 6.0)};
+}
+
+PhaseState VerletStep(const AccelerationFn& acc, const torch::Tensor& x, const torch::Tensor& xdot,
+                      double dt) {
+  const torch::Tensor a = acc(x, xdot);
+  const torch::Tensor x_next = x + xdot * dt + a * (0.5 * dt * dt);
+  const torch::Tensor a_next = acc(x_next, xdot + a * dt);
+  return {x_next, xdot + (a + a_next) * (0.5 * dt)};
+}
+
+PhaseState FixedStep(IntegratorMethod method, const AccelerationFn& acc, const torch::Tensor& x,
+                     const torch::Tensor& xdot, double dt) {
+  switch (method) {
+    case IntegratorMethod::kEuler:
+      return EulerStep(acc, x, xdot, dt);
+    case IntegratorMethod::kRk4:
+      return Rk4Step(acc, x, xdot, dt);
+    case IntegratorMethod::kVerlet:
+      return VerletStep(acc, x, xdot, dt);
+    case IntegratorMethod::kDopri5:
+      break;
+  }
+  throw InputError("FixedStep: dopri5 is adaptive (expected euler, rk4 or verlet)");
 }
 
 Trajectory Rollout(const AccelerationFn& acc, const torch::Tensor& x0, const torch::Tensor& xdot0,

@@ -16,6 +16,7 @@
 #include "keycld/sim/environment.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/config.h"
+#include "keycld/train/trained_run.h"
 #include "keycld/train/trainer.h"
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
@@ -101,301 +102,388 @@ std::string Sci(double v) {
   return buf;
 }
 
-}  // namespace
+// The pieces of one evaluation, in the order Evaluate runs them.
+struct GridData {
+  int count = 0;
+  std::vector<double> qpos;    // [G, nq]
+  torch::Tensor x;             // estimated keypoints [G, 2K]
+  std::vector<double> v_true;  // simulator potential energy per grid state (J)
+  std::vector<double> v_learned;
+};
 
-EvaluationReport Evaluate(const EvaluateOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  const fs::path run = options.run_dir;
-  if (!fs::is_directory(run)) throw IoError("run folder not found: '" + run.string() + "'");
-  if (!fs::exists(run / "config.toml")) {
-    throw IoError("'" + run.string() + "' is not a training run folder (no config.toml)");
-  }
-  const TrainConfig cfg = TrainConfig::FromToml(run / "config.toml");
-  const fs::path checkpoint =
-      options.checkpoint.empty() ? run / "checkpoints" / "last.pt" : options.checkpoint;
-  if (!fs::exists(checkpoint)) {
-    throw IoError("no checkpoint '" + checkpoint.string() + "' (train the run first)");
-  }
+void CheckEvaluateOptions(const EvaluateOptions& options) {
   if (options.energy_frames < 3) throw InputError("energy_frames must be ≥ 3");
   if (options.threads < 0) throw InputError("threads must be ≥ 0 (0 = all cores)");
-  torch::set_num_threads(options.threads > 0 ? options.threads
-                                             : int(std::max(1u, std::thread::hardware_concurrency())));
-  const torch::Device device = ResolveDevice(options.device.empty() ? cfg.device : options.device);
-  KeycldModel model = LoadModel(checkpoint, device);
-  model->eval();
-  const ModelSpec& spec = model->spec();
+}
 
-  const fs::path data_file = options.data.empty() ? cfg.DataFile() : options.data;
-  if (!fs::exists(data_file)) {
-    throw IoError("data set not found: '" + data_file.string() +
-                  "' (the run's config names it relative to the folder training ran in; "
-                  "give --data FILE)");
+TrainedRun OpenForEvaluation(const EvaluateOptions& options) {
+  CheckEvaluateOptions(options);
+  if (!fs::is_directory(options.run_dir)) {
+    throw IoError("run folder not found: '" + options.run_dir.string() + "'");
   }
-  Dataset data = Dataset::Open(data_file);
-  const DatasetInfo& info = data.info();
-  if (info.env != spec.env || info.size != spec.image_size || info.nu != spec.action_dim ||
-      std::abs(info.dt - spec.dt) > 1e-12) {
-    throw InputError("data set '" + data_file.string() + "' (" + EnvNameString(info.env) + ", " +
-                     std::to_string(info.size) + "px, dt " + Sci(info.dt) +
-                     " s) does not fit the model (" + EnvNameString(spec.env) + ", " +
-                     std::to_string(spec.image_size) + "px, dt " + Sci(spec.dt) + " s)");
+  TrainedRunOptions o;
+  o.run = options.run_dir;
+  o.checkpoint = options.checkpoint;
+  o.data = options.data;
+  o.device = options.device;
+  o.threads = options.threads;
+  TrainedRun run = OpenTrainedRun(o);
+  if (run.data->ValidationRuns().empty()) {
+    throw InputError("data set '" + run.data_file.string() + "' has no validation runs");
   }
-  const std::vector<int64_t> val_runs = data.ValidationRuns();
-  if (val_runs.empty()) throw InputError("data set '" + data_file.string() + "' has no validation runs");
+  return run;
+}
 
-  EvaluationReport report;
-  report.env = EnvNameString(spec.env);
-  report.control = ControlModeString(info.control);
-  report.model = ModelKindName(spec.model);
-  report.has_energy = model->HasEnergy();
-  report.solver = IntegratorMethodString(options.method);
-  report.run_dir = run;
-  report.checkpoint = checkpoint;
-  report.data = data_file;
-  report.epsilon = info.vpt_epsilon;
-  report.validation_runs = val_runs;
-  {
-    TrainPosition pos;
-    LoadCheckpoint(checkpoint, model, nullptr, &pos);
-    report.train_steps = pos.step;
-  }
-
-  // VPT over every validation run (§8).
-  torch::Tensor images, actions;
-  LoadRuns(data, val_runs, &images, &actions);
+VptResult ScoreValidationRuns(TrainedRun& run, const torch::Tensor& images,
+                              const torch::Tensor& actions, IntegratorMethod method) {
   VptOptions vo;
-  vo.epsilon = info.vpt_epsilon;
-  vo.rtol = cfg.rtol;
-  vo.atol = cfg.atol;
-  vo.method = options.method;
-  report.vpt = ValidPredictionTime(model, images, actions, vo);
-  report.mse_mean = ToVector(report.vpt.mse.mean(0));
-  report.mse_median = ToVector(std::get<0>(report.vpt.mse.median(0)));
-  if (report.has_energy) report.masses = ToVector(model->mass->m());
+  vo.epsilon = run.data->info().vpt_epsilon;
+  vo.rtol = run.config.rtol;
+  vo.atol = run.config.atol;
+  vo.method = method;
+  return ValidPredictionTime(run.model, images, actions, vo);
+}
 
+// Estimates of the state-grid images, their constraint residuals and the potential fit.
+GridData AnalyseGrid(TrainedRun& run, EvaluationReport* report) {
   torch::NoGradGuard no_grad;
-  // The state grid: constraint residuals of the estimates, learned vs true potential.
-  int grid_count = 0;
-  const std::vector<double> grid_qpos = data.ReadGridQpos(&grid_count);
-  std::vector<uint8_t> grid_bytes = data.ReadGridImages();
-  torch::Tensor grid_images =
-      torch::from_blob(grid_bytes.data(), {grid_count, info.size, info.size, 3}, torch::kUInt8);
-  torch::Tensor grid_x =
-      model->Encode(ImagesToFloat(grid_images, device)).keypoints.reshape({grid_count, -1});
-  {
-    torch::Tensor phi =
-        HolonomicConstraints::ForEnvironment(spec.env).Phi(grid_x.to(torch::kCPU, torch::kFloat64));
-    report.constraint_rms = phi.square().mean().sqrt().item<double>();
-    report.constraint_max = phi.abs().max().item<double>();
+  KeycldModel& model = run.model;
+  const ModelSpec& spec = model->spec();
+  const DatasetInfo& info = run.data->info();
+  GridData g;
+  g.qpos = run.data->ReadGridQpos(&g.count);
+  std::vector<uint8_t> bytes = run.data->ReadGridImages();
+  torch::Tensor images =
+      torch::from_blob(bytes.data(), {g.count, info.size, info.size, 3}, torch::kUInt8);
+  g.x = model->Encode(ImagesToFloat(images, model->device())).keypoints.reshape({g.count, -1});
+  torch::Tensor phi =
+      HolonomicConstraints::ForEnvironment(spec.env).Phi(g.x.to(torch::kCPU, torch::kFloat64));
+  report->constraint_rms = phi.square().mean().sqrt().item<double>();
+  report->constraint_max = phi.abs().max().item<double>();
+  if (report->has_energy) g.v_learned = ToVector(model->Potential(g.x));
+  Environment env(spec.env);
+  const std::vector<double> zero_qvel(size_t(env.nv()), 0.0);
+  g.v_true.resize(size_t(g.count));
+  for (int i = 0; i < g.count; ++i) {
+    env.Reset(std::span<const double>(g.qpos.data() + size_t(i) * env.nq(), size_t(env.nq())),
+              zero_qvel);
+    g.v_true[size_t(i)] = env.TotalEnergy();  // zero velocity: the potential energy
   }
-  std::vector<double> v_learned =
-      report.has_energy ? ToVector(model->Potential(grid_x)) : std::vector<double>();
-  std::vector<double> v_true(static_cast<size_t>(grid_count));
-  {
-    Environment env(spec.env);
-    const std::vector<double> zero_qvel(size_t(env.nv()), 0.0);
-    for (int g = 0; g < grid_count; ++g) {
-      env.Reset(std::span<const double>(grid_qpos.data() + size_t(g) * env.nq(), size_t(env.nq())),
-                zero_qvel);
-      v_true[size_t(g)] = env.TotalEnergy();  // zero velocity: the potential energy
-    }
-  }
-  if (report.has_energy) {
-    std::tie(report.potential_r2, report.potential_scale) = AffineFit(v_true, v_learned);
+  if (report->has_energy) {
+    std::tie(report->potential_r2, report->potential_scale) = AffineFit(g.v_true, g.v_learned);
   } else {
-    report.potential_r2 = report.potential_scale = std::nan("");
+    report->potential_r2 = report->potential_scale = std::nan("");
   }
+  report->dynamics = DiagnoseDynamics(model, env, g.x, g.qpos, info.control != ControlMode::kNone);
+  return g;
+}
 
-  // Total learned energy along an unactuated rollout from validation run 0.
-  std::vector<double> e_time, e_kinetic, e_potential, e_total;
-  std::string energy_error = report.has_energy ? "" : "the model has no energy (node2)";
-  if (report.has_energy) {
-    torch::Tensor first = ImagesToFloat(images[0].slice(0, 0, 3), device);
-    torch::Tensor x = model->Encode(first).keypoints.reshape({1, 3, -1});
-    DoublePrecisionDynamics fp64(model);
-    const PhaseState start = InitialStateFromEstimates(model, x);
-    std::vector<double> times;
-    for (int t = 0; t < options.energy_frames; ++t) times.push_back(t * spec.dt);
-    IntegratorOptions io;
-    io.rtol = cfg.rtol;
-    io.atol = cfg.atol;
-    io.max_steps = 1000000;
-    try {
-      Trajectory traj =
-          model->Rollout(start.x, start.xdot, torch::zeros({1, spec.action_dim}, start.x.options()),
-                         times, options.method, io);
-      torch::Tensor xs = traj.x[0], vs = traj.xdot[0];
-      torch::Tensor kinetic = 0.5 * (vs.square() * model->MassDiagonal()).sum(1);
-      torch::Tensor potential = model->Potential(xs).reshape({-1});
-      e_kinetic = ToVector(kinetic);
-      e_potential = ToVector(potential);
-      for (size_t i = 0; i < e_kinetic.size(); ++i) {
-        e_total.push_back(e_kinetic[i] + e_potential[i]);
-        e_time.push_back(times[i]);
-      }
-      const auto [emin, emax] = std::minmax_element(e_total.begin(), e_total.end());
-      const auto [vmin, vmax] = std::minmax_element(v_learned.begin(), v_learned.end());
-      report.energy_relative_variation =
-          *vmax > *vmin ? (*emax - *emin) / (*vmax - *vmin) : std::nan("");
-    } catch (const NumericalError& e) {
-      energy_error = e.what();
-      report.energy_relative_variation = std::nan("");
-    }
+struct EnergyTrace {
+  std::vector<double> time, kinetic, potential, total;
+  std::string error;  // why there is none
+};
+
+// Total learned energy along an unactuated rollout from validation run 0.
+EnergyTrace EnergyRollout(TrainedRun& run, const torch::Tensor& images, const GridData& grid,
+                          const EvaluateOptions& options, EvaluationReport* report) {
+  EnergyTrace e;
+  if (!report->has_energy) {
+    e.error = "the model has no energy (node2)";
+    return e;
   }
-
-  const fs::path out = options.out_dir.empty() ? run / "report" : options.out_dir;
-  fs::create_directories(out);
-  auto add = [&](const fs::path& p) { report.files.push_back(p); };
-
-  if (options.plots) {
-    const int N = int(report.mse_mean.size());
-    std::vector<double> frames(static_cast<size_t>(N));
-    for (int t = 0; t < N; ++t) frames[size_t(t)] = t;
-    PlotOptions po;
-    po.title = report.env + " / " + report.control + ": prediction error (" +
-               std::to_string(val_runs.size()) + " validation runs)";
-    po.x_label = "frame";
-    po.y_label = "per-pixel MSE";
-    po.log_y = true;
-    po.h_lines = {report.epsilon};
-    std::vector<double> mean = report.mse_mean, median = report.mse_median;
-    for (auto* v : {&mean, &median})
-      for (double& m : *v) m = std::max(m, 1e-12);
-    WriteLinePlot(out / "mse.png",
-                  {{"mean", frames, mean, {}}, {"median", frames, median, {}}}, po);
-    add(out / "mse.png");
-
-    std::vector<std::string> categories;
-    std::vector<double> vpts;
-    for (size_t i = 0; i < val_runs.size(); ++i) {
-      categories.push_back(std::to_string(val_runs[i]));
-      vpts.push_back(report.vpt.vpt[i]);
+  torch::NoGradGuard no_grad;
+  KeycldModel& model = run.model;
+  const ModelSpec& spec = model->spec();
+  torch::Tensor first = ImagesToFloat(images[0].slice(0, 0, 3), model->device());
+  torch::Tensor x = model->Encode(first).keypoints.reshape({1, 3, -1});
+  DoublePrecisionDynamics fp64(model);
+  const PhaseState start = InitialStateFromEstimates(model, x);
+  std::vector<double> times;
+  for (int t = 0; t < options.energy_frames; ++t) times.push_back(t * spec.dt);
+  IntegratorOptions io;
+  io.rtol = run.config.rtol;
+  io.atol = run.config.atol;
+  io.max_steps = 1000000;
+  try {
+    Trajectory traj =
+        model->Rollout(start.x, start.xdot, torch::zeros({1, spec.action_dim}, start.x.options()),
+                       times, options.method, io);
+    torch::Tensor xs = traj.x[0], vs = traj.xdot[0];
+    e.kinetic = ToVector(0.5 * (vs.square() * model->MassDiagonal()).sum(1));
+    e.potential = ToVector(model->Potential(xs).reshape({-1}));
+    for (size_t i = 0; i < e.kinetic.size(); ++i) {
+      e.total.push_back(e.kinetic[i] + e.potential[i]);
+      e.time.push_back(times[i]);
     }
-    PlotOptions pb;
-    pb.title = "VPT per validation run: mean " + Fixed(report.vpt.mean, 1) + ", median " +
-               Fixed(report.vpt.median, 1);
-    pb.x_label = "validation run (data-set index)";
-    pb.y_label = "VPT (frames)";
-    pb.y_min = 0;
-    pb.y_max = double(N);
-    WriteBarChart(out / "vpt_per_run.png", categories, {{"VPT", {}, vpts, {}}}, pb);
-    add(out / "vpt_per_run.png");
-
-    MetricsHistory m = ReadMetrics(run / "metrics.jsonl");
-    if (!m.step.empty()) {
-      const int window = std::max<int>(1, int(m.step.size() / 100));
-      PlotOptions pl;
-      pl.title = "training losses (moving average over " + std::to_string(window) + " steps)";
-      pl.x_label = "step";
-      pl.y_label = "loss";
-      pl.log_y = true;
-      std::vector<PlotSeries> series;
-      for (auto [label, values] : {std::pair{"total", &m.loss}, std::pair{"reconstruction", &m.rec},
-                                   std::pair{"dynamics", &m.dyn}, std::pair{"heatmap BCE", &m.bce}}) {
-        std::vector<double> smooth = MovingAverage(*values, window);
-        for (double& v : smooth) v = std::max(v, 1e-12);
-        series.push_back({label, m.step, smooth, {}});
-      }
-      WriteLinePlot(out / "training_loss.png", series, pl);
-      add(out / "training_loss.png");
-    }
-    if (!m.epoch.empty()) {
-      PlotOptions pv;
-      pv.title = "validation VPT after each epoch (first " + std::to_string(cfg.val_runs) +
-                 " validation runs, mean ± std)";
-      pv.x_label = "epoch";
-      pv.y_label = "VPT (frames)";
-      pv.y_min = 0;
-      WriteLinePlot(out / "training_vpt.png", {{"VPT", m.epoch, m.vpt_mean, m.vpt_std}}, pv);
-      add(out / "training_vpt.png");
-    }
-
-    // Learned potential over the state grid.
-    PlotOptions pp;
-    if (report.has_energy) {
-    pp.title = "learned potential energy over the state grid (R² vs the simulator's " +
-               Fixed(report.potential_r2, 3) + ")";
-    if (spec.env == EnvName::kPendulum) {
-      std::vector<size_t> order(static_cast<size_t>(grid_count));
-      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::sort(order.begin(), order.end(),
-                [&](size_t a, size_t b) { return grid_qpos[a] < grid_qpos[b]; });
-      double mx = 0, my = 0;
-      for (size_t i = 0; i < order.size(); ++i) mx += v_true[i], my += v_learned[i];
-      mx /= double(grid_count);
-      my /= double(grid_count);
-      std::vector<double> angle, learned, fitted;
-      for (size_t i : order) {
-        angle.push_back(grid_qpos[i]);
-        learned.push_back(v_learned[i]);
-        fitted.push_back(my + report.potential_scale * (v_true[i] - mx));
-      }
-      pp.x_label = "pole angle (rad, 0 = up)";
-      pp.y_label = "V (learned units)";
-      WriteLinePlot(out / "potential.png",
-                    {{"learned V(x̂)", angle, learned, {}},
-                     {"true m·g·z, affine fit", angle, fitted, {}}},
-                    pp);
-    } else {
-      std::map<double, int> xs, ys;
-      for (int g = 0; g < grid_count; ++g) {
-        xs[grid_qpos[size_t(g) * 2]] = 0;
-        ys[grid_qpos[size_t(g) * 2 + 1]] = 0;
-      }
-      int i = 0;
-      for (auto& [k, v] : xs) v = i++;
-      i = 0;
-      for (auto& [k, v] : ys) v = i++;
-      const int nx = int(xs.size()), ny = int(ys.size());
-      std::vector<double> values(static_cast<size_t>(nx * ny), std::nan(""));
-      for (int g = 0; g < grid_count; ++g) {
-        values[size_t(ys[grid_qpos[size_t(g) * 2 + 1]] * nx + xs[grid_qpos[size_t(g) * 2]])] =
-            v_learned[size_t(g)];
-      }
-      if (std::any_of(values.begin(), values.end(), [](double v) { return std::isnan(v); })) {
-        throw FormatError("the state grid of '" + data_file.string() + "' is not a full grid");
-      }
-      const double dx = nx > 1 ? (xs.rbegin()->first - xs.begin()->first) / (nx - 1) : 1;
-      const double dy = ny > 1 ? (ys.rbegin()->first - ys.begin()->first) / (ny - 1) : 1;
-      pp.x_label = spec.env == EnvName::kCartpole ? "cart position (m)" : "shoulder angle (rad)";
-      pp.y_label = spec.env == EnvName::kCartpole ? "pole angle (rad, 0 = up)" : "elbow angle (rad)";
-      WriteHeatMap(out / "potential.png", values, nx, ny, xs.begin()->first - dx / 2,
-                   xs.rbegin()->first + dx / 2, ys.begin()->first - dy / 2,
-                   ys.rbegin()->first + dy / 2, "learned V", pp);
-    }
-    add(out / "potential.png");
-    }
-
-    if (!e_total.empty()) {
-      PlotOptions pe;
-      pe.title = "learned energy along an unactuated " + report.solver + " rollout of " +
-                 std::to_string(options.energy_frames) + " frames";
-      pe.x_label = "time (s)";
-      pe.y_label = "energy (learned units)";
-      WriteLinePlot(out / "energy.png",
-                    {{"total", e_time, e_total, {}},
-                     {"kinetic", e_time, e_kinetic, {}},
-                     {"potential", e_time, e_potential, {}}},
-                    pe);
-      add(out / "energy.png");
-    }
+    const auto [emin, emax] = std::minmax_element(e.total.begin(), e.total.end());
+    const auto [vmin, vmax] = std::minmax_element(grid.v_learned.begin(), grid.v_learned.end());
+    report->energy_relative_variation =
+        *vmax > *vmin ? (*emax - *emin) / (*vmax - *vmin) : std::nan("");
+  } catch (const NumericalError& err) {
+    e.error = err.what();
+    report->energy_relative_variation = std::nan("");
   }
+  return e;
+}
 
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+std::vector<double> Frames(size_t n) {
+  std::vector<double> f(n);
+  for (size_t t = 0; t < n; ++t) f[t] = double(t);
+  return f;
+}
 
-  // evaluation.json
+std::vector<double> ClampPositive(std::vector<double> v) {
+  for (double& x : v) x = std::max(x, 1e-12);
+  return v;
+}
+
+void PlotErrors(const EvaluationReport& r, const fs::path& out) {
+  const std::vector<double> frames = Frames(r.mse_mean.size());
+  PlotOptions po;
+  po.title = r.env + " / " + r.control + ": prediction error (" +
+             std::to_string(r.validation_runs.size()) + " validation runs)";
+  po.x_label = "frame";
+  po.y_label = "per-pixel MSE";
+  po.log_y = true;
+  po.h_lines = {r.epsilon};
+  WriteLinePlot(out / "mse.png",
+                {{"prediction, mean", frames, ClampPositive(r.mse_mean), {}},
+                 {"prediction, median", frames, ClampPositive(r.mse_median), {}},
+                 {"reconstruction of the estimates, mean",
+                  frames,
+                  ClampPositive(r.rollouts.reconstruction_mse_mean),
+                  {}}},
+                po);
+  PlotOptions pk;
+  pk.title = "keypoint error of the prediction against the estimated keypoints (mean)";
+  pk.x_label = "frame";
+  pk.y_label = "distance (normalized image units)";
+  pk.log_y = true;
+  WriteLinePlot(out / "keypoint_error.png",
+                {{"prediction", frames, ClampPositive(r.rollouts.keypoint_error_mean), {}}}, pk);
+
+  std::vector<std::string> categories;
+  std::vector<double> vpts;
+  for (size_t i = 0; i < r.validation_runs.size(); ++i) {
+    categories.push_back(std::to_string(r.validation_runs[i]));
+    vpts.push_back(r.vpt.vpt[i]);
+  }
+  PlotOptions pb;
+  pb.title =
+      "VPT per validation run: mean " + Fixed(r.vpt.mean, 1) + ", median " + Fixed(r.vpt.median, 1);
+  pb.x_label = "validation run (data-set index)";
+  pb.y_label = "VPT (frames)";
+  pb.y_min = 0;
+  pb.y_max = double(r.mse_mean.size());
+  WriteBarChart(out / "vpt_per_run.png", categories, {{"VPT", {}, vpts, {}}}, pb);
+}
+
+void PlotTraining(const fs::path& run_dir, int val_runs, const fs::path& out,
+                  std::vector<fs::path>* files) {
+  MetricsHistory m = ReadMetrics(run_dir / "metrics.jsonl");
+  if (!m.step.empty()) {
+    const int window = std::max<int>(1, int(m.step.size() / 100));
+    PlotOptions pl;
+    pl.title = "training losses (moving average over " + std::to_string(window) + " steps)";
+    pl.x_label = "step";
+    pl.y_label = "loss";
+    pl.log_y = true;
+    std::vector<PlotSeries> series;
+    for (auto [label, values] : {std::pair{"total", &m.loss}, std::pair{"reconstruction", &m.rec},
+                                 std::pair{"dynamics", &m.dyn}, std::pair{"heatmap BCE", &m.bce}}) {
+      series.push_back({label, m.step, ClampPositive(MovingAverage(*values, window)), {}});
+    }
+    WriteLinePlot(out / "training_loss.png", series, pl);
+    files->push_back(out / "training_loss.png");
+  }
+  if (!m.epoch.empty()) {
+    PlotOptions pv;
+    pv.title = "validation VPT after each epoch (first " + std::to_string(val_runs) +
+               " validation runs, mean ± std)";
+    pv.x_label = "epoch";
+    pv.y_label = "VPT (frames)";
+    pv.y_min = 0;
+    WriteLinePlot(out / "training_vpt.png", {{"VPT", m.epoch, m.vpt_mean, m.vpt_std}}, pv);
+    files->push_back(out / "training_vpt.png");
+  }
+}
+
+void PlotPotential(const EvaluationReport& r, EnvName env, const GridData& g,
+                   const fs::path& data_file, const fs::path& png) {
+  PlotOptions pp;
+  pp.title = "learned potential energy over the state grid (R² vs the simulator's " +
+             Fixed(r.potential_r2, 3) + ")";
+  if (env == EnvName::kPendulum) {
+    std::vector<size_t> order(static_cast<size_t>(g.count));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return g.qpos[a] < g.qpos[b]; });
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < order.size(); ++i) mx += g.v_true[i], my += g.v_learned[i];
+    mx /= double(g.count);
+    my /= double(g.count);
+    std::vector<double> angle, learned, fitted;
+    for (size_t i : order) {
+      angle.push_back(g.qpos[i]);
+      learned.push_back(g.v_learned[i]);
+      fitted.push_back(my + r.potential_scale * (g.v_true[i] - mx));
+    }
+    pp.x_label = "pole angle (rad, 0 = up)";
+    pp.y_label = "V (learned units)";
+    WriteLinePlot(
+        png, {{"learned V(x̂)", angle, learned, {}}, {"true m·g·z, affine fit", angle, fitted, {}}},
+        pp);
+    return;
+  }
+  std::map<double, int> xs, ys;
+  for (int i = 0; i < g.count; ++i) {
+    xs[g.qpos[size_t(i) * 2]] = 0;
+    ys[g.qpos[size_t(i) * 2 + 1]] = 0;
+  }
+  int i = 0;
+  for (auto& [k, v] : xs) v = i++;
+  i = 0;
+  for (auto& [k, v] : ys) v = i++;
+  const int nx = int(xs.size()), ny = int(ys.size());
+  std::vector<double> values(static_cast<size_t>(nx * ny), std::nan(""));
+  for (int j = 0; j < g.count; ++j) {
+    values[size_t(ys[g.qpos[size_t(j) * 2 + 1]] * nx + xs[g.qpos[size_t(j) * 2]])] =
+        g.v_learned[size_t(j)];
+  }
+  if (std::any_of(values.begin(), values.end(), [](double v) { return std::isnan(v); })) {
+    throw FormatError("the state grid of '" + data_file.string() + "' is not a full grid");
+  }
+  const double dx = nx > 1 ? (xs.rbegin()->first - xs.begin()->first) / (nx - 1) : 1;
+  const double dy = ny > 1 ? (ys.rbegin()->first - ys.begin()->first) / (ny - 1) : 1;
+  pp.x_label = env == EnvName::kCartpole ? "cart position (m)" : "shoulder angle (rad)";
+  pp.y_label = env == EnvName::kCartpole ? "pole angle (rad, 0 = up)" : "elbow angle (rad)";
+  WriteHeatMap(png, values, nx, ny, xs.begin()->first - dx / 2, xs.rbegin()->first + dx / 2,
+               ys.begin()->first - dy / 2, ys.rbegin()->first + dy / 2, "learned V", pp);
+}
+
+// Learned against true accelerations at the grid states, in keypoint units.
+void PlotAcceleration(const DynamicsDiagnostics& d, const fs::path& png) {
+  std::vector<PlotSeries> series;
+  double lo = 0, hi = 0;
+  for (const CoordinateDiagnostics& c : d.coordinates) {
+    for (const auto* v : {&c.learned_acceleration, &c.true_acceleration}) {
+      for (double x : *v) lo = std::min(lo, x), hi = std::max(hi, x);
+    }
+    PlotSeries s{c.name, c.true_acceleration, c.learned_acceleration, {}};
+    s.markers = true;
+    series.push_back(s);
+  }
+  if (!(hi > lo)) hi = lo + 1;
+  series.push_back({"learned = true", {lo, hi}, {lo, hi}, {}});
+  PlotOptions p;
+  p.title = "learned vs true acceleration at the grid states (scale " +
+            Fixed(d.acceleration.scale, 3) + ", R² " + Fixed(d.acceleration.r2, 3) + ")";
+  p.x_label = "simulator (normalized units / s²)";
+  p.y_label = "learned (normalized units / s²)";
+  WriteLinePlot(png, series, p);
+}
+
+void PlotEnergy(const EnergyTrace& e, const std::string& solver, int frames, const fs::path& png) {
+  PlotOptions pe;
+  pe.title = "learned energy along an unactuated " + solver + " rollout of " +
+             std::to_string(frames) + " frames";
+  pe.x_label = "time (s)";
+  pe.y_label = "energy (learned units)";
+  WriteLinePlot(png,
+                {{"total", e.time, e.total, {}},
+                 {"kinetic", e.time, e.kinetic, {}},
+                 {"potential", e.time, e.potential, {}}},
+                pe);
+}
+
+json FitJson(const ScaleFit& f) {
+  return {{"scale", f.scale}, {"r2", f.r2}, {"samples", f.samples}};
+}
+
+json DynamicsJson(const DynamicsDiagnostics& d) {
+  json per = json::array(), states = json::array(), input = json::array();
+  for (const CoordinateDiagnostics& c : d.coordinates) {
+    per.push_back({{"coordinate", c.name},
+                   {"scale", c.acceleration.scale},
+                   {"r2", c.acceleration.r2},
+                   {"lever", c.lever}});
+    json s = {{"coordinate", c.name},
+              {"unit", c.unit},
+              {"error_rms", c.error_rms},
+              {"error_mean", c.error_mean},
+              {"error_max", c.error_max}};
+    if (c.unit == "deg") {
+      s["link_length_mean"] = c.link_length_mean;
+      s["link_length_std"] = c.link_length_std;
+    }
+    states.push_back(s);
+  }
+  for (const ScaleFit& f : d.input) input.push_back(FitJson(f));
+  json j = {{"acceleration_scale", d.acceleration.scale},
+            {"acceleration_r2", d.acceleration.r2},
+            {"per_coordinate", per}};
+  if (!d.input.empty()) j["input_scale"] = input;
+  return {{"dynamics_vs_true", j}, {"keypoints_vs_state", states}};
+}
+
+json RolloutJson(const RolloutDiagnostics& r) {
+  return {{"keypoint_error_per_frame", r.keypoint_error_mean},
+          {"reconstruction_mse_per_frame", r.reconstruction_mse_mean},
+          {"reconstruction_vpt",
+           {{"mean", r.reconstruction_vpt.mean},
+            {"std", r.reconstruction_vpt.std},
+            {"median", r.reconstruction_vpt.median}}},
+          {"failed_runs", r.failed_runs},
+          {"failures_dynamics", r.failures_dynamics},
+          {"failures_rendering", r.failures_rendering},
+          {"keypoint_error_at_failure", r.keypoint_error_at_failure}};
+}
+
+std::string DynamicsMarkdown(const DynamicsDiagnostics& d, const RolloutDiagnostics& r) {
+  std::ostringstream md;
+  md << "| learned / true acceleration at the grid states (1 = right) | **"
+     << Fixed(d.acceleration.scale, 3) << "** (R² " << Fixed(d.acceleration.r2, 3) << "; ";
+  for (size_t i = 0; i < d.coordinates.size(); ++i) {
+    md << (i ? ", " : "") << d.coordinates[i].name << " "
+       << Fixed(d.coordinates[i].acceleration.scale, 3);
+  }
+  md << ") |\n";
+  for (size_t a = 0; a < d.input.size(); ++a) {
+    md << "| learned / true effect of actuator " << a + 1 << " | " << Fixed(d.input[a].scale, 3)
+       << " (R² " << Fixed(d.input[a].r2, 3) << ") |\n";
+  }
+  for (const CoordinateDiagnostics& c : d.coordinates) {
+    md << "| " << c.name << " from the keypoints vs the true state | RMS error " << Sci(c.error_rms)
+       << " " << c.unit << " (mean " << Sci(c.error_mean) << ", max " << Sci(c.error_max) << ")";
+    if (c.unit == "deg") {
+      md << "; link length " << Fixed(c.link_length_mean, 4) << " ± " << Sci(c.link_length_std);
+    }
+    md << " |\n";
+  }
+  md << "| VPT the estimator and renderer allow (reconstruction of the estimates) | "
+     << Fixed(r.reconstruction_vpt.mean, 2) << " ± " << Fixed(r.reconstruction_vpt.std, 2) << " |\n"
+     << "| runs whose prediction fails, by cause | " << r.failed_runs << ": " << r.failures_dynamics
+     << " dynamics (the frame renders well from its own estimate), " << r.failures_rendering
+     << " rendering; keypoint error at failure " << Sci(r.keypoint_error_at_failure) << " |\n";
+  return md.str();
+}
+
+void WriteEvaluationJson(const EvaluationReport& report, const TrainedRun& run,
+                         const EvaluateOptions& options, const std::string& energy_error,
+                         const fs::path& out) {
   json j;
-  j["run_dir"] = run.string();
-  j["checkpoint"] = checkpoint.string();
+  j["run_dir"] = report.run_dir.string();
+  j["checkpoint"] = report.checkpoint.string();
   j["train_steps"] = report.train_steps;
-  j["data"] = data_file.string();
+  j["train_integrator"] = report.train_integrator;
+  j["integrator_warmup_epochs"] = report.integrator_warmup_epochs;
+  j["data"] = report.data.string();
   j["env"] = report.env;
   j["control"] = report.control;
   j["model"] = report.model;
   j["solver"] = report.solver;
-  j["rtol"] = cfg.rtol;
-  j["atol"] = cfg.atol;
+  j["rtol"] = run.config.rtol;
+  j["atol"] = run.config.atol;
   j["epsilon"] = report.epsilon;
   j["validation_runs"] = report.validation_runs;
   j["vpt"] = {{"mean", report.vpt.mean},
@@ -404,11 +492,12 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
               {"per_run", report.vpt.vpt}};
   j["mse_per_frame"] = {{"mean", report.mse_mean}, {"median", report.mse_median}};
   j["masses"] = report.masses;
-  j["constraint_residual_grid"] = {{"rms", report.constraint_rms},
-                                   {"max", report.constraint_max}};
+  j["constraint_residual_grid"] = {{"rms", report.constraint_rms}, {"max", report.constraint_max}};
   if (report.has_energy) {
     j["potential_vs_true"] = {{"r2", report.potential_r2}, {"scale", report.potential_scale}};
   }
+  j.update(DynamicsJson(report.dynamics));
+  j["rollout_keypoints"] = RolloutJson(report.rollouts);
   j["energy_rollout"] = {{"frames", options.energy_frames},
                          {"relative_variation", std::isfinite(report.energy_relative_variation)
                                                     ? json(report.energy_relative_variation)
@@ -419,43 +508,200 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   j["seconds"] = report.seconds;
   j["keycld_version"] = KEYCLD_VERSION;
   WriteTextAtomically(out / "evaluation.json", j.dump(2) + "\n");
+}
 
-  // evaluation.md
+void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& run,
+                             const EvaluateOptions& options, const std::string& energy_error,
+                             const fs::path& out) {
   std::ostringstream md;
-  md << "# Evaluation of `" << run.string() << "`\n\n"
+  md << "# Evaluation of `" << report.run_dir.string() << "`\n\n"
      << "| | |\n| --- | --- |\n"
      << "| system | " << report.env << ", control " << report.control << " |\n"
-     << "| model | " << report.model << ", " << report.train_steps << " training steps |\n"
-     << "| data set | `" << data_file.string() << "` |\n"
-     << "| validation runs | " << val_runs.size() << " |\n"
+     << "| model | " << report.model << ", " << report.train_steps << " training steps ("
+     << report.train_integrator << " in the dynamics loss"
+     << (report.integrator_warmup_epochs > 0
+             ? ", after " + Fixed(report.integrator_warmup_epochs, 1) + " warm-up epochs"
+             : std::string())
+     << ") |\n"
+     << "| data set | `" << report.data.string() << "` |\n"
+     << "| validation runs | " << report.validation_runs.size() << " |\n"
      << "| solver | " << report.solver
      << (options.method == IntegratorMethod::kDopri5
-             ? " (rtol " + Sci(cfg.rtol) + ", atol " + Sci(cfg.atol) + ")"
+             ? " (rtol " + Sci(run.config.rtol) + ", atol " + Sci(run.config.atol) + ")"
              : std::string(" (one step per frame)"))
      << " |\n"
      << "| VPT threshold ε | " << Sci(report.epsilon) << " |\n"
      << "| **VPT (frames)** | **" << Fixed(report.vpt.mean, 2) << " ± " << Fixed(report.vpt.std, 2)
      << "**, median " << Fixed(report.vpt.median, 1) << " |\n"
-     << "| learned masses m_k | ";
-  for (size_t k = 0; k < report.masses.size(); ++k) md << (k ? ", " : "") << Sci(report.masses[k]);
+     << DynamicsMarkdown(report.dynamics, report.rollouts) << "| learned masses m_k | ";
+  for (size_t k = 0; k < report.masses.size(); ++k) {
+    md << (k ? ", " : "") << Sci(report.masses[k]);
+  }
   md << " |\n"
-     << "| constraint residual of the estimates on the state grid | RMS " << Sci(report.constraint_rms)
-     << ", max " << Sci(report.constraint_max) << " (normalized image units) |\n"
+     << "| constraint residual of the estimates on the state grid | RMS "
+     << Sci(report.constraint_rms) << ", max " << Sci(report.constraint_max)
+     << " (normalized image units) |\n"
      << "| learned V vs the simulator's potential (R² of an affine fit) | "
      << Fixed(report.potential_r2, 3) << " |\n"
      << "| learned energy variation along a " << options.energy_frames
      << "-frame unactuated rollout (relative to V's range over the grid) | "
      << (std::isfinite(report.energy_relative_variation) ? Sci(report.energy_relative_variation)
-                                                          : "n/a " + energy_error)
+                                                         : "n/a " + energy_error)
      << " |\n"
      << "| wall time | " << Fixed(report.seconds, 1) << " s |\n\n";
   for (const fs::path& f : report.files) {
     md << "![" << f.stem().string() << "](" << f.filename().string() << ")\n\n";
   }
   WriteTextAtomically(out / "evaluation.md", md.str());
+}
+
+void FillRunFacts(const TrainedRun& run, const EvaluateOptions& options, EvaluationReport* report) {
+  const ModelSpec& spec = run.model->spec();
+  report->env = EnvNameString(spec.env);
+  report->control = ControlModeString(run.data->info().control);
+  report->model = ModelKindName(spec.model);
+  report->has_energy = run.model->HasEnergy();
+  report->solver = IntegratorMethodString(options.method);
+  report->run_dir = run.run_dir;
+  report->checkpoint = run.checkpoint;
+  report->data = run.data_file;
+  report->epsilon = run.data->info().vpt_epsilon;
+  report->validation_runs = run.data->ValidationRuns();
+  report->train_steps = run.position.step;
+  report->train_integrator = run.config.integrator;
+  report->integrator_warmup_epochs = run.config.integrator_warmup_epochs;
+}
+
+}  // namespace
+
+EvaluationReport Evaluate(const EvaluateOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  TrainedRun run = OpenForEvaluation(options);
+  EvaluationReport report;
+  FillRunFacts(run, options, &report);
+
+  torch::Tensor images, actions;
+  LoadRuns(*run.data, report.validation_runs, &images, &actions);
+  report.vpt = ScoreValidationRuns(run, images, actions, options.method);
+  report.mse_mean = ToVector(report.vpt.mse.mean(0));
+  report.mse_median = ToVector(std::get<0>(report.vpt.mse.median(0)));
+  report.rollouts = DiagnoseRollouts(run.model, images, report.vpt, report.epsilon);
+  if (report.has_energy) report.masses = ToVector(run.model->mass->m());
+
+  const GridData grid = AnalyseGrid(run, &report);
+  const EnergyTrace energy = EnergyRollout(run, images, grid, options, &report);
+
+  const fs::path out = options.out_dir.empty() ? run.run_dir / "report" : options.out_dir;
+  fs::create_directories(out);
+  if (options.plots) {
+    PlotErrors(report, out);
+    report.files = {out / "mse.png", out / "keypoint_error.png", out / "vpt_per_run.png"};
+    PlotTraining(run.run_dir, run.config.val_runs, out, &report.files);
+    if (report.has_energy) {
+      PlotPotential(report, run.model->spec().env, grid, run.data_file, out / "potential.png");
+      report.files.push_back(out / "potential.png");
+    }
+    PlotAcceleration(report.dynamics, out / "acceleration.png");
+    report.files.push_back(out / "acceleration.png");
+    if (!energy.total.empty()) {
+      PlotEnergy(energy, report.solver, options.energy_frames, out / "energy.png");
+      report.files.push_back(out / "energy.png");
+    }
+  }
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  WriteEvaluationJson(report, run, options, energy.error, out);
+  WriteEvaluationMarkdown(report, run, options, energy.error, out);
   report.files.push_back(out / "evaluation.json");
   report.files.push_back(out / "evaluation.md");
   return report;
+}
+
+std::vector<CheckpointRow> EvaluateCheckpoints(const EvaluateOptions& options) {
+  CheckEvaluateOptions(options);
+  const fs::path dir = options.run_dir / "checkpoints";
+  std::vector<fs::path> files;
+  if (fs::is_directory(dir)) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("epoch-", 0) == 0 && e.path().extension() == ".pt") files.push_back(e.path());
+    }
+  }
+  if (files.empty()) {
+    throw IoError("no epoch checkpoints (checkpoints/epoch-NNNN.pt) in '" +
+                  options.run_dir.string() + "'");
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<CheckpointRow> rows;
+  torch::Tensor images, actions;
+  for (const fs::path& file : files) {
+    EvaluateOptions o = options;
+    o.checkpoint = file;
+    TrainedRun run = OpenForEvaluation(o);
+    if (!images.defined()) LoadRuns(*run.data, run.data->ValidationRuns(), &images, &actions);
+    CheckpointRow row;
+    row.checkpoint = file;
+    row.epoch = run.position.epoch;
+    row.step = run.position.step;
+    row.vpt = ScoreValidationRuns(run, images, actions, options.method);
+    row.rollouts = DiagnoseRollouts(run.model, images, row.vpt, run.data->info().vpt_epsilon);
+    EvaluationReport scratch;
+    FillRunFacts(run, options, &scratch);
+    AnalyseGrid(run, &scratch);
+    row.dynamics = scratch.dynamics;
+    rows.push_back(std::move(row));
+    std::printf("  %s: VPT %.2f ± %.2f, acceleration scale %.3f\n", file.filename().c_str(),
+                rows.back().vpt.mean, rows.back().vpt.std, rows.back().dynamics.acceleration.scale);
+    std::fflush(stdout);
+  }
+
+  const fs::path out = options.out_dir.empty() ? options.run_dir / "report" : options.out_dir;
+  fs::create_directories(out);
+  json j = json::array();
+  std::ostringstream md;
+  md << "# Checkpoints of `" << options.run_dir.string() << "`\n\n"
+     << "VPT over all " << images.size(0) << " validation runs ("
+     << IntegratorMethodString(options.method) << "), learned / true acceleration at the grid "
+     << "states (1 = right), keypoint error of the rollouts.\n\n"
+     << "| epoch | step | VPT mean ± std | median | acceleration scale (R²) | VPT with perfect "
+        "dynamics | failures: dynamics / rendering |\n"
+     << "| --- | --- | --- | --- | --- | --- | --- |\n";
+  std::vector<double> epochs, vpt, vpt_std, scale;
+  for (const CheckpointRow& r : rows) {
+    json row = {{"checkpoint", r.checkpoint.string()},
+                {"epoch", r.epoch},
+                {"step", r.step},
+                {"vpt", {{"mean", r.vpt.mean}, {"std", r.vpt.std}, {"median", r.vpt.median}}},
+                {"rollout_keypoints", RolloutJson(r.rollouts)}};
+    row.update(DynamicsJson(r.dynamics));
+    j.push_back(row);
+    md << "| " << r.epoch << " | " << r.step << " | " << Fixed(r.vpt.mean, 2) << " ± "
+       << Fixed(r.vpt.std, 2) << " | " << Fixed(r.vpt.median, 1) << " | "
+       << Fixed(r.dynamics.acceleration.scale, 3) << " (" << Fixed(r.dynamics.acceleration.r2, 3)
+       << ") | " << Fixed(r.rollouts.reconstruction_vpt.mean, 2) << " | "
+       << r.rollouts.failures_dynamics << " / " << r.rollouts.failures_rendering << " |\n";
+    epochs.push_back(double(r.epoch));
+    vpt.push_back(r.vpt.mean);
+    vpt_std.push_back(r.vpt.std);
+    scale.push_back(r.dynamics.acceleration.scale);
+  }
+  if (options.plots) {
+    PlotOptions p;
+    p.title = "VPT over every validation run after each epoch (mean ± std)";
+    p.x_label = "epoch";
+    p.y_label = "VPT (frames)";
+    p.y_min = 0;
+    WriteLinePlot(out / "checkpoints_vpt.png", {{"VPT", epochs, vpt, vpt_std}}, p);
+    PlotOptions pa;
+    pa.title = "learned / true acceleration at the grid states after each epoch";
+    pa.x_label = "epoch";
+    pa.y_label = "acceleration scale";
+    pa.h_lines = {1.0};
+    WriteLinePlot(out / "checkpoints_acceleration.png", {{"scale", epochs, scale, {}}}, pa);
+    md << "\n![VPT](checkpoints_vpt.png)\n\n![acceleration](checkpoints_acceleration.png)\n";
+  }
+  WriteTextAtomically(out / "checkpoints.json", j.dump(2) + "\n");
+  WriteTextAtomically(out / "checkpoints.md", md.str());
+  return rows;
 }
 
 std::string FormatEvaluationSummary(const EvaluationReport& r) {
@@ -465,17 +711,23 @@ std::string FormatEvaluationSummary(const EvaluationReport& r) {
     << "  VPT (frames)           " << Fixed(r.vpt.mean, 2) << " ± " << Fixed(r.vpt.std, 2)
     << ", median " << Fixed(r.vpt.median, 1) << " over " << r.vpt.vpt.size()
     << " validation runs (ε = " << Sci(r.epsilon) << ")\n"
-    << "  MSE frame 1 / 10 / last " << (r.mse_mean.size() > 1 ? Sci(r.mse_mean[1]) : "-")
-    << " / " << (r.mse_mean.size() > 10 ? Sci(r.mse_mean[10]) : "-") << " / "
-    << (r.mse_mean.empty() ? "-" : Sci(r.mse_mean.back())) << " (mean over runs; - = no such frame)\n"
-    << "  constraint residual    RMS " << Sci(r.constraint_rms) << ", max "
-    << Sci(r.constraint_max) << " on the state grid\n"
+    << "  MSE frame 1 / 10 / last " << (r.mse_mean.size() > 1 ? Sci(r.mse_mean[1]) : "-") << " / "
+    << (r.mse_mean.size() > 10 ? Sci(r.mse_mean[10]) : "-") << " / "
+    << (r.mse_mean.empty() ? "-" : Sci(r.mse_mean.back()))
+    << " (mean over runs; - = no such frame)\n"
+    << "  constraint residual    RMS " << Sci(r.constraint_rms) << ", max " << Sci(r.constraint_max)
+    << " on the state grid\n"
     << "  masses m_k             ";
   for (size_t k = 0; k < r.masses.size(); ++k) s << (k ? ", " : "") << Sci(r.masses[k]);
   s << "\n  V vs true potential    R² " << Fixed(r.potential_r2, 3) << "\n"
     << "  energy variation       "
     << (std::isfinite(r.energy_relative_variation) ? Sci(r.energy_relative_variation) : "n/a")
-    << " of V's range\n";
+    << " of V's range\n"
+    << "  acceleration scale     " << Fixed(r.dynamics.acceleration.scale, 3) << " (R² "
+    << Fixed(r.dynamics.acceleration.r2, 3) << "; learned / true at the grid states, 1 = right)\n"
+    << "  VPT, perfect dynamics  " << Fixed(r.rollouts.reconstruction_vpt.mean, 2)
+    << " (renderer and estimator alone); failures: " << r.rollouts.failures_dynamics
+    << " dynamics, " << r.rollouts.failures_rendering << " rendering\n";
   return s.str();
 }
 

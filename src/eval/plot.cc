@@ -392,9 +392,9 @@ void WriteLinePlot(const fs::path& png, const std::vector<PlotSeries>& series,
     }
     pls.col0(kSeries + PLINT(i % kPalette.size()));
     pls.width(2.5);
-    if (n == 1) {
+    if (n == 1 || s.markers) {
       pls.ssym(0, 1.5);
-      pls.poin(1, s.x.data(), ys.data(), 17);
+      pls.poin(n, s.x.data(), ys.data(), 17);
     } else {
       pls.line(n, s.x.data(), ys.data());
     }

@@ -51,9 +51,8 @@ ModelSpec ReadSpec(torch::serialize::InputArchive& a, const std::string& file) {
   ModelSpec s;
   try {
     s.env = ParseEnvName(TensorString(Read(a, "env", file)));
-    s.model = version == 1
-                  ? ModelKindFromLegacyDynamics(TensorString(Read(a, "dynamics", file)))
-                  : ParseModelKind(TensorString(Read(a, "model_kind", file)));
+    s.model = version == 1 ? ModelKindFromLegacyDynamics(TensorString(Read(a, "dynamics", file)))
+                           : ParseModelKind(TensorString(Read(a, "model_kind", file)));
   } catch (const InputError& e) {
     throw FormatError("'" + file + "': " + e.what());
   }
@@ -76,7 +75,8 @@ ModelSpec ReadSpec(torch::serialize::InputArchive& a, const std::string& file) {
 
 torch::serialize::InputArchive OpenArchive(const std::filesystem::path& file,
                                            const torch::Device& device) {
-  if (!std::filesystem::exists(file)) throw IoError("checkpoint not found: '" + file.string() + "'");
+  if (!std::filesystem::exists(file))
+    throw IoError("checkpoint not found: '" + file.string() + "'");
   torch::serialize::InputArchive a;
   try {
     a.load_from(file.string(), device);
@@ -104,12 +104,13 @@ void SaveCheckpoint(const std::filesystem::path& file, KeycldModel& model,
   root.write("position", ToTensor({position.step, position.epoch, position.step_in_epoch}));
   root.write("order", ToTensor(position.order));
   root.write("rng", StringTensor(position.rng_state));
+  if (!position.config_toml.empty()) root.write("config", StringTensor(position.config_toml));
   AtomicFile out(file);
   try {
     root.save_to(out.temp_path().string());
   } catch (const c10::Error& e) {
-    throw IoError("cannot write checkpoint '" + file.string() + "': " +
-                  std::string(e.what_without_backtrace()));
+    throw IoError("cannot write checkpoint '" + file.string() +
+                  "': " + std::string(e.what_without_backtrace()));
   }
   out.Commit();
 }
@@ -117,6 +118,13 @@ void SaveCheckpoint(const std::filesystem::path& file, KeycldModel& model,
 ModelSpec ReadCheckpointSpec(const std::filesystem::path& file) {
   auto a = OpenArchive(file, torch::kCPU);
   return ReadSpec(a, file.string());
+}
+
+std::string ReadCheckpointConfig(const std::filesystem::path& file) {
+  auto a = OpenArchive(file, torch::kCPU);
+  ReadSpec(a, file.string());
+  torch::Tensor t;
+  return a.try_read("config", t) ? TensorString(t) : std::string();
 }
 
 KeycldModel LoadModel(const std::filesystem::path& file_or_run, const torch::Device& device) {
@@ -160,8 +168,8 @@ void LoadCheckpoint(const std::filesystem::path& file, KeycldModel& model,
       optimizer->load(o);
     }
   } catch (const c10::Error& e) {
-    throw FormatError("'" + file.string() + "' does not match the model: " +
-                      std::string(e.what_without_backtrace()));
+    throw FormatError("'" + file.string() +
+                      "' does not match the model: " + std::string(e.what_without_backtrace()));
   }
   if (position) {
     auto p = Read(a, "position", file.string());
@@ -172,6 +180,9 @@ void LoadCheckpoint(const std::filesystem::path& file, KeycldModel& model,
     auto order = Read(a, "order", file.string()).to(torch::kCPU).contiguous();
     position->order.assign(order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + order.numel());
     position->rng_state = TensorString(Read(a, "rng", file.string()).to(torch::kCPU));
+    torch::Tensor config;
+    position->config_toml =
+        a.try_read("config", config) ? TensorString(config.to(torch::kCPU)) : std::string();
   }
 }
 

@@ -1,5 +1,7 @@
 #include "keycld/train/config.h"
 
+#include <toml++/toml.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -7,13 +9,11 @@
 #include <limits>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "keycld/data/generate.h"
 #include "keycld/util/error.h"
 
 namespace keycld {
-
 
 TrainConfig TrainConfig::FromToml(const std::filesystem::path& file) {
   if (!std::filesystem::is_regular_file(file)) {
@@ -30,13 +30,32 @@ TrainConfig TrainConfig::FromToml(const std::filesystem::path& file) {
 
 namespace {
 
-const std::set<std::string> kKeys[] = {
-    {"file", "env", "control", "size", "runs", "frames", "seed"},
-    {"hidden", "sigma", "model", "dynamics"},
-    {"epochs", "max_steps", "lr", "dynamics_lr_scale", "grad_clip", "lr_schedule",
-     "lr_final_scale", "lr_decay_start", "horizon", "w_dyn", "w_bce", "augment", "seed",
-     "threads", "device", "precision"},
-    {"val_runs", "rtol", "atol"}};
+const std::set<std::string> kKeys[] = {{"file", "env", "control", "size", "runs", "frames", "seed"},
+                                       {"hidden", "sigma", "model", "dynamics"},
+                                       {"epochs",
+                                        "max_steps",
+                                        "lr",
+                                        "dynamics_lr_scale",
+                                        "grad_clip",
+                                        "lr_schedule",
+                                        "lr_final_scale",
+                                        "lr_decay_start",
+                                        "horizon",
+                                        "integrator",
+                                        "integrator_substeps",
+                                        "warmup_integrator",
+                                        "integrator_warmup_epochs",
+                                        "max_acceleration",
+                                        "w_rec",
+                                        "w_dyn",
+                                        "w_dyn_warmup_epochs",
+                                        "w_bce",
+                                        "augment",
+                                        "seed",
+                                        "threads",
+                                        "device",
+                                        "precision"},
+                                       {"val_runs", "rtol", "atol"}};
 const char* kSections[] = {"data", "model", "train", "eval"};
 
 template <typename T>
@@ -96,8 +115,8 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
     }
     for (auto&& [key, _] : *v.as_table()) {
       if (!kKeys[idx].count(std::string(key.str()))) {
-        throw InputError(origin + ": unknown key '" + std::string(key.str()) + "' in [" +
-                         section + "]");
+        throw InputError(origin + ": unknown key '" + std::string(key.str()) + "' in [" + section +
+                         "]");
       }
     }
   }
@@ -123,8 +142,8 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
       // The key of configurations written before model variants existed.
       const ModelKind legacy = ModelKindFromLegacyDynamics(dyn);
       if (!model_name.empty() && legacy != model) {
-        throw InputError("[model] dynamics = \"" + dyn + "\" contradicts model = \"" +
-                         model_name + "\" (drop the old dynamics key)");
+        throw InputError("[model] dynamics = \"" + dyn + "\" contradicts model = \"" + model_name +
+                         "\" (drop the old dynamics key)");
       }
       model = legacy;
     }
@@ -140,7 +159,14 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
   Get(t, "train", "lr_final_scale", &lr_final_scale, origin);
   Get(t, "train", "lr_decay_start", &lr_decay_start, origin);
   Get(t, "train", "horizon", &horizon, origin);
+  Get(t, "train", "integrator", &integrator, origin);
+  Get(t, "train", "integrator_substeps", &integrator_substeps, origin);
+  Get(t, "train", "warmup_integrator", &warmup_integrator, origin);
+  Get(t, "train", "integrator_warmup_epochs", &integrator_warmup_epochs, origin);
+  Get(t, "train", "max_acceleration", &max_acceleration, origin);
+  Get(t, "train", "w_rec", &w_rec, origin);
   Get(t, "train", "w_dyn", &w_dyn, origin);
+  Get(t, "train", "w_dyn_warmup_epochs", &w_dyn_warmup_epochs, origin);
   Get(t, "train", "w_bce", &w_bce, origin);
   Get(t, "train", "augment", &augment, origin);
   int64_t s = int64_t(seed);
@@ -178,7 +204,26 @@ void TrainConfig::Validate() const {
   if (!(lr_final_scale >= 0 && lr_final_scale <= 1)) fail("lr_final_scale must be in [0, 1]");
   if (!(lr_decay_start >= 0 && lr_decay_start < 1)) fail("lr_decay_start must be in [0, 1)");
   if (horizon < 1) fail("horizon must be ≥ 1, got " + std::to_string(horizon));
-  if (w_dyn < 0 || w_bce < 0) fail("loss weights must be ≥ 0");
+  if (!(w_rec >= 0) || !(w_dyn >= 0) || !(w_bce >= 0) || !std::isfinite(w_rec) ||
+      !std::isfinite(w_dyn) || !std::isfinite(w_bce)) {
+    fail("loss weights w_rec, w_dyn, w_bce must be finite and ≥ 0");
+  }
+  for (const auto& [key, name] :
+       {std::pair{"integrator", &integrator}, std::pair{"warmup_integrator", &warmup_integrator}}) {
+    if (*name != "euler" && *name != "rk4" && *name != "verlet") {
+      fail(std::string(key) + " must be euler, rk4 or verlet, got '" + *name + "'");
+    }
+  }
+  if (!(max_acceleration >= 0) || !std::isfinite(max_acceleration)) {
+    fail("max_acceleration must be finite and ≥ 0 (0 = no bound)");
+  }
+  if (integrator_substeps < 1 || integrator_substeps > 64) {
+    fail("integrator_substeps must be in [1, 64], got " + std::to_string(integrator_substeps));
+  }
+  if (!(integrator_warmup_epochs >= 0) || !std::isfinite(integrator_warmup_epochs) ||
+      !(w_dyn_warmup_epochs >= 0) || !std::isfinite(w_dyn_warmup_epochs)) {
+    fail("integrator_warmup_epochs and w_dyn_warmup_epochs must be finite and ≥ 0");
+  }
   if (threads < 0 || threads > 256) fail("threads must be in [0, 256] (0 = all cores)");
   if (val_runs < 0) fail("val_runs must be ≥ 0 (0 = all)");
   if (!(rtol > 0) || !(atol > 0)) fail("rtol and atol must be > 0");
@@ -192,6 +237,28 @@ void TrainConfig::Validate() const {
 
 int64_t TrainConfig::TotalSteps(int64_t train_runs) const {
   return max_steps > 0 ? max_steps : int64_t(epochs) * train_runs;
+}
+
+namespace {
+bool InWarmup(int64_t step, int64_t train_runs, double warmup_epochs) {
+  return warmup_epochs > 0 &&
+         double(step) < warmup_epochs * double(std::max<int64_t>(1, train_runs));
+}
+}  // namespace
+
+IntegratorMethod TrainConfig::IntegratorAt(int64_t step, int64_t train_runs) const {
+  return ParseIntegratorMethod(
+      InWarmup(step, train_runs, integrator_warmup_epochs) ? warmup_integrator : integrator);
+}
+
+int TrainConfig::SubstepsAt(int64_t step, int64_t train_runs) const {
+  return InWarmup(step, train_runs, integrator_warmup_epochs) ? 1 : integrator_substeps;
+}
+
+double TrainConfig::WDynAt(int64_t step, int64_t train_runs) const {
+  if (w_dyn_warmup_epochs <= 0) return w_dyn;
+  const double ramp = w_dyn_warmup_epochs * double(std::max<int64_t>(1, train_runs));
+  return w_dyn * std::min(1.0, double(step) / ramp);
 }
 
 double TrainConfig::LearningRateFactor(int64_t step, int64_t total) const {
@@ -220,11 +287,14 @@ std::filesystem::path TrainConfig::DataFile() const {
 
 std::string TrainConfig::ToToml() const {
   toml::table t{
-      {"data", toml::table{{"file", data.string()}, {"env", env}, {"control", control},
-                           {"size", size}, {"runs", runs}, {"frames", frames},
+      {"data", toml::table{{"file", data.string()},
+                           {"env", env},
+                           {"control", control},
+                           {"size", size},
+                           {"runs", runs},
+                           {"frames", frames},
                            {"seed", int64_t(data_seed)}}},
-      {"model", toml::table{{"hidden", hidden}, {"sigma", sigma},
-                            {"model", ModelKindName(model)}}},
+      {"model", toml::table{{"hidden", hidden}, {"sigma", sigma}, {"model", ModelKindName(model)}}},
       {"train", toml::table{{"epochs", epochs},
                             {"max_steps", max_steps},
                             {"lr", lr},
@@ -234,7 +304,14 @@ std::string TrainConfig::ToToml() const {
                             {"lr_final_scale", lr_final_scale},
                             {"lr_decay_start", lr_decay_start},
                             {"horizon", horizon},
+                            {"integrator", integrator},
+                            {"integrator_substeps", integrator_substeps},
+                            {"warmup_integrator", warmup_integrator},
+                            {"integrator_warmup_epochs", integrator_warmup_epochs},
+                            {"max_acceleration", max_acceleration},
+                            {"w_rec", w_rec},
                             {"w_dyn", w_dyn},
+                            {"w_dyn_warmup_epochs", w_dyn_warmup_epochs},
                             {"w_bce", w_bce},
                             {"augment", augment},
                             {"seed", int64_t(seed)},

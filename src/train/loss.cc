@@ -19,6 +19,13 @@ LossTerms SequenceLoss(KeycldModel& model, const torch::Tensor& images, const to
     throw InputError("SequenceLoss: a sequence of " + std::to_string(N) +
                      " frames is too short for horizon " + std::to_string(P) + " (need ≥ P + 2)");
   }
+  if (!IsFixedStep(options.integrator) || options.substeps < 1 ||
+      !(options.max_acceleration >= 0)) {
+    throw InputError("SequenceLoss: integrator " + IntegratorMethodString(options.integrator) +
+                     " with " + std::to_string(options.substeps) + " substeps, max_acceleration " +
+                     std::to_string(options.max_acceleration) +
+                     " (expected euler, rk4 or verlet, substeps ≥ 1, max_acceleration ≥ 0)");
+  }
   const int64_t K = spec.num_keypoints;
   const double dt = spec.dt;
 
@@ -32,16 +39,26 @@ LossTerms SequenceLoss(KeycldModel& model, const torch::Tensor& images, const to
   v0 = model->ProjectVelocity(x0, v0);
   std::vector<torch::Tensor> predicted{x0}, target{x0};
   auto acc = [&](const torch::Tensor& xs, const torch::Tensor& vs) {
-    return model->Acceleration(xs, vs, u);
+    torch::Tensor a = model->Acceleration(xs, vs, u);
+    if (options.max_acceleration > 0) {
+      // Per keypoint: a · min(1, a_max / ‖a_k‖), exact below the bound.
+      const torch::Tensor norm = a.reshape({a.size(0), K, 2}).norm(2, 2, /*keepdim=*/true);
+      const torch::Tensor factor =
+          (options.max_acceleration / norm.clamp_min(1e-30)).clamp_max(1.0);
+      a = (a.reshape({a.size(0), K, 2}) * factor).reshape_as(a);
+    }
+    return a;
   };
   PhaseState state{x0, v0};
+  const double h = dt / options.substeps;
   for (int64_t j = 1; j <= P; ++j) {
-    state = EulerStep(acc, state.x, state.xdot, dt);
+    for (int s = 0; s < options.substeps; ++s) {
+      state = FixedStep(options.integrator, acc, state.x, state.xdot, h);
+    }
     predicted.push_back(state.x);
     target.push_back(x.slice(0, 1 + j, 1 + j + S));
   }
-  torch::Tensor l_dyn =
-      (torch::stack(predicted, 1) - torch::stack(target, 1)).square().sum();
+  torch::Tensor l_dyn = (torch::stack(predicted, 1) - torch::stack(target, 1)).square().sum();
 
   torch::Tensor rendered = model->Render(enc.keypoints);
   torch::Tensor l_rec = (images - rendered).square().sum() / double(N);
@@ -51,7 +68,7 @@ LossTerms SequenceLoss(KeycldModel& model, const torch::Tensor& images, const to
   out.reconstruction = l_rec;
   out.dynamics = l_dyn;
   out.heatmap = l_bce;
-  out.total = l_rec + options.w_dyn * l_dyn + options.w_bce * l_bce;
+  out.total = options.w_rec * l_rec + options.w_dyn * l_dyn + options.w_bce * l_bce;
   return out;
 }
 

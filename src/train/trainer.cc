@@ -1,23 +1,21 @@
 #include "keycld/train/trainer.h"
 
-#include <nlohmann/json.hpp>
-
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <fstream>
-#include <numeric>
-#include <random>
-#include <sstream>
-#include <thread>
-
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <thread>
 
 #include "keycld/data/dataset.h"
 #include "keycld/train/checkpoint.h"
@@ -66,8 +64,7 @@ class RunLock {
     if (fd_ < 0) throw IoError("cannot create '" + file.string() + "': " + std::strerror(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       ::close(fd_);
-      throw InputError("'" + file.parent_path().string() +
-                       "' is in use by another keycld process");
+      throw InputError("'" + file.parent_path().string() + "' is in use by another keycld process");
     }
   }
   ~RunLock() { ::close(fd_); }
@@ -178,8 +175,8 @@ TrainSummary Train(const TrainOptions& options) {
   }
   if (info.train_runs < 1) throw InputError("'" + data_file.string() + "' has no training runs");
 
-  const int threads = cfg.threads > 0 ? cfg.threads
-                                      : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      cfg.threads > 0 ? cfg.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(threads);
   const torch::Device device = ResolveDevice(cfg.device);
 
@@ -248,6 +245,7 @@ TrainSummary Train(const TrainOptions& options) {
     recorded.data_seed = info.seed;
   }
   WriteTextAtomically(run / "config.toml", recorded.ToToml());
+  pos.config_toml = recorded.ToToml();
   const fs::path metrics_file = run / "metrics.jsonl";
   if (options.resume) {
     TruncateMetrics(metrics_file, pos);
@@ -264,7 +262,11 @@ TrainSummary Train(const TrainOptions& options) {
     SaveCheckpoint(file, model, &adam, pos);
   };
 
-  LossOptions loss_options{cfg.horizon, cfg.w_dyn, cfg.w_bce};
+  LossOptions loss_options;
+  loss_options.horizon = cfg.horizon;
+  loss_options.w_rec = cfg.w_rec;
+  loss_options.w_bce = cfg.w_bce;
+  loss_options.max_acceleration = cfg.max_acceleration;
   const int64_t total_steps = cfg.TotalSteps(R);
   TrainSummary summary;
   const auto start = std::chrono::steady_clock::now();
@@ -275,8 +277,8 @@ TrainSummary Train(const TrainOptions& options) {
 
   while (pos.epoch < cfg.epochs) {
     if (pos.order.empty()) pos.order = Shuffled(R, rng);
-    ProgressBar bar("epoch " + std::to_string(pos.epoch + 1) + "/" + std::to_string(cfg.epochs),
-                    R, "steps", options.progress && ::isatty(2));
+    ProgressBar bar("epoch " + std::to_string(pos.epoch + 1) + "/" + std::to_string(cfg.epochs), R,
+                    "steps", options.progress && ::isatty(2));
     bool stop = false;
     while (pos.step_in_epoch < R) {
       if (cfg.max_steps > 0 && pos.step >= cfg.max_steps) {
@@ -285,8 +287,8 @@ TrainSummary Train(const TrainOptions& options) {
       }
       if (InterruptRequested()) {
         save(last);
-        throw Interrupted("training interrupted at step " + std::to_string(pos.step) +
-                          "; saved " + last.string() + " (continue with --resume)");
+        throw Interrupted("training interrupted at step " + std::to_string(pos.step) + "; saved " +
+                          last.string() + " (continue with --resume)");
       }
       const auto step_start = std::chrono::steady_clock::now();
       const int64_t r = pos.order[size_t(pos.step_in_epoch)];
@@ -298,15 +300,18 @@ TrainSummary Train(const TrainOptions& options) {
         ids = torch::tensor(draws, torch::kInt64);
       }
       torch::Tensor u = train_actions[r].to(device);
+      loss_options.integrator = cfg.IntegratorAt(pos.step, R);
+      loss_options.substeps = cfg.SubstepsAt(pos.step, R);
+      loss_options.w_dyn = cfg.WDynAt(pos.step, R);
       LossTerms loss = SequenceLoss(model, images, u, ids, loss_options);
       const double total = loss.total.item<double>();
       if (!std::isfinite(total)) {
-        throw NumericalError(
-            "non-finite loss at step " + std::to_string(pos.step) + " (epoch " +
-            std::to_string(pos.epoch + 1) + "); " +
-            (saved_once ? "the last good checkpoint is kept: " + last.string() +
-                              " (resume with --resume, perhaps with a lower --lr)"
-                        : std::string("no checkpoint was saved yet (try a lower --lr)")));
+        throw NumericalError("non-finite loss at step " + std::to_string(pos.step) + " (epoch " +
+                             std::to_string(pos.epoch + 1) + "); " +
+                             (saved_once
+                                  ? "the last good checkpoint is kept: " + last.string() +
+                                        " (resume with --resume, perhaps with a lower --lr)"
+                                  : std::string("no checkpoint was saved yet (try a lower --lr)")));
       }
       adam.zero_grad();
       loss.total.backward();
@@ -331,6 +336,8 @@ TrainSummary Train(const TrainOptions& options) {
                    {"dyn", loss.dynamics.item<double>()},
                    {"bce", loss.heatmap.item<double>()},
                    {"lr", cfg.lr * lr_factor},
+                   {"w_dyn", loss_options.w_dyn},
+                   {"integrator", IntegratorMethodString(loss_options.integrator)},
                    {"seconds", secs}};
       metrics << line.dump() << "\n";
       summary.last_loss = total;
@@ -404,8 +411,7 @@ TrainSummary Train(const TrainOptions& options) {
   if (pos.step_in_epoch > 0 || !saved_once) save(last);
   metrics.flush();
   summary.steps = pos.step;
-  summary.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t done = pos.step - first_step;
   summary.seconds_per_step = done > 0 ? step_seconds / double(done) : 0;
   summary.steps_this_call = done;

@@ -1,6 +1,7 @@
-// Differentiable integrators of batched second-order systems ẍ = a(x, ẋ) (KeyCLD §5 /
-// KEYCLD.md §5): explicit Euler (training, step = frame interval), classic RK4, and adaptive
-// Dormand–Prince 5(4) (evaluation, rtol = atol ≈ 1.4e-8).
+// Differentiable integrators of batched second-order systems ẍ = a(x, ẋ) (docs/method.md §5):
+// explicit Euler (the paper's training integrator, step = frame interval), velocity Verlet and
+// classic RK4 (unbiased alternatives for training), and adaptive Dormand–Prince 5(4)
+// (evaluation, rtol = atol ≈ 1.4e-8).
 //
 // States are rows x, ẋ ∈ [B, N] (N = 2K for keypoint states). All arithmetic follows the device
 // and dtype of x0 (pass float64 for float64 integration); times are in seconds. Gradients flow
@@ -32,11 +33,14 @@ enum class IntegratorMethod {
   kEuler,   ///< explicit Euler on (x, ẋ): order 1, one evaluation per step
   kRk4,     ///< classic Runge–Kutta: order 4, four evaluations per step
   kDopri5,  ///< adaptive Dormand–Prince 5(4) with FSAL, error per unit step
+  kVerlet,  ///< velocity Verlet (explicit predictor for ẋ-dependent a): order 2, two evaluations
 };
 
-/// Parses "euler" | "rk4" | "dopri5"; throws InputError otherwise.
+/// Parses "euler" | "rk4" | "dopri5" | "verlet"; throws InputError otherwise.
 IntegratorMethod ParseIntegratorMethod(const std::string& name);
 std::string IntegratorMethodString(IntegratorMethod method);
+/// Whether `method` takes fixed steps (euler, rk4, verlet: usable in the training loss).
+bool IsFixedStep(IntegratorMethod method);
 
 /// One explicit Euler step of size dt (s): x' = x + dt ẋ, ẋ' = ẋ + dt a(x, ẋ).
 PhaseState EulerStep(const AccelerationFn& acc, const torch::Tensor& x, const torch::Tensor& xdot,
@@ -44,6 +48,17 @@ PhaseState EulerStep(const AccelerationFn& acc, const torch::Tensor& x, const to
 /// One classic fourth-order Runge–Kutta step of size dt (s) on the first-order system (ẋ, a).
 PhaseState Rk4Step(const AccelerationFn& acc, const torch::Tensor& x, const torch::Tensor& xdot,
                    double dt);
+/// One velocity Verlet step of size dt (s): x' = x + dt ẋ + dt²/2 a, ẋ' = ẋ + dt/2 (a + a'),
+/// a = a(x, ẋ), a' = a(x', ẋ + dt a) (the velocity argument of a' is the explicit Euler
+/// predictor, since a may depend on ẋ; for a(x) alone this is the textbook scheme). Exact for a
+/// constant acceleration, order 2.
+PhaseState VerletStep(const AccelerationFn& acc, const torch::Tensor& x, const torch::Tensor& xdot,
+                      double dt);
+/// One step of a fixed-step method (euler, rk4 or verlet); InputError for dopri5.
+PhaseState FixedStep(IntegratorMethod method, const AccelerationFn& acc, const torch::Tensor& x,
+                     const torch::Tensor& xdot, double dt);
+/// Acceleration evaluations per step of a fixed-step method (1, 4, 2).
+int EvaluationsPerStep(IntegratorMethod method);
 
 struct IntegratorOptions {
   // --- Dormand–Prince 5(4) ---
@@ -60,7 +75,7 @@ struct IntegratorOptions {
   double first_step = 0.0;
   /// Largest step (s); 0 = unlimited.
   double max_step = 0.0;
-  // --- Euler and RK4 ---
+  // --- Euler, RK4 and Verlet ---
   /// Equal steps per output interval (1 = one step of the interval length).
   int substeps = 1;
   /// Check after every output interval that all states are finite and throw NumericalError
@@ -81,8 +96,8 @@ struct Trajectory {
 /// Integrates ẍ = acc(x, ẋ) from (x0, ẋ0) at times[0] and returns the states at every entry of
 /// `times` (seconds, strictly increasing, T ≥ 1; index 0 is the initial state itself).
 /// x0, ẋ0: [B, N], same shape, floating point. Returns x, ẋ [B, T, N] in x0's dtype/device.
-/// Euler and RK4 take `options.substeps` equal steps per output interval. Dopri5 steps exactly
-/// onto each output time (no dense-output interpolation): a step that would pass the next
+/// Euler, RK4 and Verlet take `options.substeps` equal steps per output interval. Dopri5 steps
+/// exactly onto each output time (no dense-output interpolation): a step that would pass the next
 /// output time is shortened to end on it, and the unshortened step-size proposal is kept for
 /// the step after.
 /// Throws InputError for malformed arguments and NumericalError when states become non-finite,

@@ -1,6 +1,8 @@
-// Evaluation of a trained run (KEYCLD.md §8): valid prediction time on every validation run,
-// the per-frame error, the estimator's constraint residuals over the state grid, the learned
-// masses and energy, and the pictures of docs/evaluation.md, written to RUN_DIR/report/.
+// Evaluation of a trained run (docs/method.md §8): valid prediction time on every validation
+// run, the per-frame error, the estimator's constraint residuals over the state grid, the
+// learned masses and energy, the diagnostics of eval/diagnostics.h (learned against true
+// accelerations, keypoints against the true state, keypoint-space rollout error), and the
+// pictures of docs/evaluation.md, written to RUN_DIR/report/.
 #pragma once
 
 #include <filesystem>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "keycld/dynamics/integrators.h"
+#include "keycld/eval/diagnostics.h"
 #include "keycld/train/vpt.h"
 
 namespace keycld {
@@ -18,10 +21,10 @@ struct EvaluateOptions {
   std::filesystem::path data;        // empty = the data set named by the run's config
   std::filesystem::path out_dir;     // empty = run_dir/report
   IntegratorMethod method = IntegratorMethod::kDopri5;  // §8: Dormand–Prince
-  int energy_frames = 500;           // length of the unactuated rollout for the energy plot
-  int threads = 0;                   // LibTorch intra-op threads (0 = all cores)
-  std::string device;                // empty = the run's config; cpu | cuda | cuda:N
-  bool plots = true;                 // write the PNG figures
+  int energy_frames = 500;  // length of the unactuated rollout for the energy plot
+  int threads = 0;          // LibTorch intra-op threads (0 = all cores)
+  std::string device;       // empty = the run's config; cpu | cuda | cuda:N
+  bool plots = true;        // write the PNG figures
 };
 
 /// What `keycld evaluate` measured. Written as evaluation.json and evaluation.md.
@@ -29,20 +32,24 @@ struct EvaluationReport {
   std::string env, control, model, solver;
   std::filesystem::path run_dir, checkpoint, data;
   int64_t train_steps = 0;
-  double epsilon = 0;                   // VPT threshold of the data set
-  VptResult vpt;                        // over all validation runs (vpt.mse: [R, N])
-  std::vector<int64_t> validation_runs; // data-set run indices, in the order of vpt.vpt
+  double epsilon = 0;                        // VPT threshold of the data set
+  VptResult vpt;                             // over all validation runs (vpt.mse: [R, N])
+  std::vector<int64_t> validation_runs;      // data-set run indices, in the order of vpt.vpt
   std::vector<double> mse_mean, mse_median;  // per frame, over the validation runs
-  std::vector<double> masses;           // m_k (M = diag(m₁², m₁², …)), one per keypoint
+  std::vector<double> masses;  // m_k (M = diag(m₁², m₁², …)), one per keypoint
   // Estimated keypoints of the state-grid images under the environment's constraints (§4).
   double constraint_rms = 0, constraint_max = 0;  // |Φ|, normalized image units
   // Learned potential over the grid against the simulator's potential energy: R² of the best
   // affine fit V_learned ≈ a·V_true + b (1 = same shape), and the fitted scale a.
   double potential_r2 = 0, potential_scale = 0;
-  bool has_energy = true;               // false for models without V and M (NODE2)
+  bool has_energy = true;  // false for models without V and M (NODE2)
   // Total learned energy along an unactuated rollout of energy_frames frames from validation
   // run 0: (max − min) / (max − min of V over the state grid).
   double energy_relative_variation = 0;
+  DynamicsDiagnostics dynamics;         // learned vs true accelerations, keypoints vs state
+  RolloutDiagnostics rollouts;          // keypoint-space error of the VPT rollouts
+  double integrator_warmup_epochs = 0;  // the run's training integrator schedule
+  std::string train_integrator;
   double seconds = 0;
   std::vector<std::filesystem::path> files;  // everything written, in out_dir
 };
@@ -55,6 +62,21 @@ EvaluationReport Evaluate(const EvaluateOptions& options);
 
 /// The short table printed by `keycld evaluate`.
 std::string FormatEvaluationSummary(const EvaluationReport& report);
+
+/// One row of `keycld evaluate --all-checkpoints`.
+struct CheckpointRow {
+  std::filesystem::path checkpoint;
+  int64_t epoch = 0, step = 0;
+  VptResult vpt;  // over every validation run (Dormand–Prince unless asked)
+  DynamicsDiagnostics dynamics;
+  RolloutDiagnostics rollouts;
+};
+
+/// Evaluates every RUN/checkpoints/epoch-NNNN.pt (VPT on all validation runs, the dynamics and
+/// rollout diagnostics; no energy rollout or per-run figures) and writes checkpoints.json,
+/// checkpoints.md and checkpoints.png (VPT and acceleration scale against the epoch) to the
+/// output folder. Same options and errors as Evaluate; IoError if there is no epoch checkpoint.
+std::vector<CheckpointRow> EvaluateCheckpoints(const EvaluateOptions& options);
 
 /// Moving average with a centred window of `window` samples (shrunk at the ends).
 std::vector<double> MovingAverage(const std::vector<double>& values, int window);

@@ -19,6 +19,7 @@ struct PlotSeries {
   std::string label;          // legend entry ("" = none)
   std::vector<double> x, y;   // same length >= 1
   std::vector<double> y_err;  // optional: error bars / ±band (same length as y, or empty)
+  bool markers = false;       // line plots: a marker at each point instead of a polyline
 };
 
 /// Titles, axes and size of a plot.

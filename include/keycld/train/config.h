@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "keycld/dynamics/integrators.h"
 #include "keycld/sim/environment.h"
 #include "keycld/train/model_kind.h"
 
@@ -13,37 +14,50 @@ namespace keycld {
 /// Every setting of a training run. Defaults are the paper's (KEYCLD.md §3, §6).
 struct TrainConfig {
   // [data]
-  std::filesystem::path data;       // HDF5 data set; empty = the file `keycld generate` names
-                                    // for the fields below, under data/
-  std::string env;                  // expected environment ("" = take it from the data set)
-  std::string control = "none";     // the data set to generate when `data` is empty
+  std::filesystem::path data;    // HDF5 data set; empty = the file `keycld generate` names
+                                 // for the fields below, under data/
+  std::string env;               // expected environment ("" = take it from the data set)
+  std::string control = "none";  // the data set to generate when `data` is empty
   int size = 64, runs = 500, frames = 50;
   uint64_t data_seed = 0;
   // [model]
-  int hidden = 32;                  // h
-  double sigma = 0.1;               // Gaussian map width, normalized units
+  int hidden = 32;                       // h
+  double sigma = 0.1;                    // Gaussian map width, normalized units
   ModelKind model = ModelKind::kKeycld;  // `model = "keycld"`; the old key `dynamics =
                                          // "constrained" | "unconstrained"` is still read
   // [train]
   int epochs = 40;
-  int64_t max_steps = 0;            // stop after this many steps in total (0 = no limit)
-  double lr = 3e-4;                 // estimator and renderer
-  double dynamics_lr_scale = 0.2;   // dynamics parameters (mass, potential, input matrix;
-                                    // NODE2's network): lr · scale
-  double grad_clip = 5.0;           // element-wise clip before Adam
+  int64_t max_steps = 0;                 // stop after this many steps in total (0 = no limit)
+  double lr = 3e-4;                      // estimator and renderer
+  double dynamics_lr_scale = 0.2;        // dynamics parameters (mass, potential, input matrix;
+                                         // NODE2's network): lr · scale
+  double grad_clip = 5.0;                // element-wise clip before Adam
   std::string lr_schedule = "constant";  // constant (the paper) | cosine: both learning rates
-                                    // decay as ½(1 + cos(π·step/total)) to lr_final_scale × lr
-  double lr_final_scale = 0.0;      // cosine: the final fraction of the learning rates
-  double lr_decay_start = 0.0;      // cosine: fraction of the steps before the decay begins
-  int horizon = 4;                  // P, Euler steps of the dynamics loss
-  double w_dyn = 1.0, w_bce = 1.0;
-  bool augment = true;              // dihedral augmentation of the estimator input
+                                         // decay as ½(1 + cos(π·step/total)) to lr_final_scale × lr
+  double lr_final_scale = 0.0;  // cosine: the final fraction of the learning rates
+  double lr_decay_start = 0.0;  // cosine: fraction of the steps before the decay begins
+  int horizon = 4;              // P, frame intervals predicted by the dynamics loss
+  /// The dynamics loss's integrator: "euler" (the paper's, biased: its learned acceleration
+  /// comes out ≈1.38× too large, docs/method.md §5), "rk4" or "verlet" (unbiased).
+  std::string integrator = "euler";
+  int integrator_substeps = 1;  // integrator steps per frame interval
+  /// Schedule: `warmup_integrator` (one step per frame) during the first
+  /// `integrator_warmup_epochs` epochs (fractions allowed), then `integrator`.
+  std::string warmup_integrator = "euler";
+  double integrator_warmup_epochs = 0;
+  /// Bound on each keypoint's acceleration in the dynamics loss (normalized units / s²; 0 = none,
+  /// the paper's); see LossOptions::max_acceleration.
+  double max_acceleration = 0;
+  double w_rec = 1.0, w_dyn = 1.0, w_bce = 1.0;
+  /// w_dyn ramps linearly from 0 to w_dyn over the first `w_dyn_warmup_epochs` epochs.
+  double w_dyn_warmup_epochs = 0;
+  bool augment = true;  // dihedral augmentation of the estimator input
   uint64_t seed = 0;
-  int threads = 0;                  // LibTorch intra-op threads (0 = all cores)
-  std::string device = "cpu";       // cpu | cuda | cuda:N
-  std::string precision = "fp32";   // fp32 | bf16: the convolutions' arithmetic (autocast)
+  int threads = 0;                 // LibTorch intra-op threads (0 = all cores)
+  std::string device = "cpu";      // cpu | cuda | cuda:N
+  std::string precision = "fp32";  // fp32 | bf16: the convolutions' arithmetic (autocast)
   // [eval]
-  int val_runs = 10;                // validation runs for the per-epoch VPT (0 = all)
+  int val_runs = 10;                    // validation runs for the per-epoch VPT (0 = all)
   double rtol = 1.4e-8, atol = 1.4e-8;  // Dormand–Prince tolerances
 
   /// Reads a TOML file; unknown keys and wrong types throw InputError naming the key.
@@ -56,6 +70,11 @@ struct TrainConfig {
   /// 1 for "constant"; for "cosine" 1 until s₀ = lr_decay_start·total, then
   /// f + (1 − f)·½(1 + cos(π·(step − s₀)/(total − s₀))) with f = lr_final_scale.
   double LearningRateFactor(int64_t step, int64_t total) const;
+  /// The dynamics loss's integrator, substeps and weights at optimisation step `step`
+  /// (0-based) of a run with `train_runs` sequences per epoch (the schedules above).
+  IntegratorMethod IntegratorAt(int64_t step, int64_t train_runs) const;
+  int SubstepsAt(int64_t step, int64_t train_runs) const;
+  double WDynAt(int64_t step, int64_t train_runs) const;
   /// Throws InputError for an out-of-range value.
   void Validate() const;
   /// The resolved config as TOML (saved in the run folder as config.toml).

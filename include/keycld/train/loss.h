@@ -8,24 +8,37 @@
 namespace keycld {
 
 struct LossTerms {
-  torch::Tensor total;           // L = L_rec + w_dyn·L_dyn + w_bce·L_bce (scalar)
+  torch::Tensor total;           // L = w_rec·L_rec + w_dyn·L_dyn + w_bce·L_bce (scalar)
   torch::Tensor reconstruction;  // L_rec: Σ over frames, pixels, channels of squared error / N
-  torch::Tensor dynamics;        // L_dyn: Σ over starts t and steps j = 0…P of ‖x_{t+j} − x̂_{t+j|t}‖²
-  torch::Tensor heatmap;         // L_bce
+  torch::Tensor dynamics;  // L_dyn: Σ over starts t and steps j = 0…P of ‖x_{t+j} − x̂_{t+j|t}‖²
+  torch::Tensor heatmap;  // L_bce
 };
 
 struct LossOptions {
   int horizon = 4;  // P
-  double w_dyn = 1.0, w_bce = 1.0;
+  double w_rec = 1.0, w_dyn = 1.0, w_bce = 1.0;
+  /// The integrator of the dynamics loss: euler (the paper's; biased, its learned acceleration
+  /// comes out about 1.38× too large for P = 4, docs/method.md §5), rk4 or verlet (exact for a
+  /// constant acceleration). Dopri5 is refused.
+  IntegratorMethod integrator = IntegratorMethod::kEuler;
+  int substeps = 1;  // integrator steps per frame interval (Euler's bias shrinks as 1/substeps)
+  /// Bound on each keypoint's acceleration inside the dynamics loss (normalized units / s²;
+  /// 0 = none, the paper's). Keypoints that sit near a constraint's singularity early in
+  /// training (near the pivot, or two keypoints on top of each other) get centripetal
+  /// accelerations ‖ẋ‖²/r of 1e5 and more, which overflow RK4's stages; a bound far above the
+  /// systems' real accelerations (docs/training.md, "Integrator") leaves the physics untouched.
+  double max_acceleration = 0;
 };
 
 /// The loss of one sequence (KEYCLD.md §6): images float [N, 3, H, W] in [0, 1], the constant
 /// action u [A], per-frame dihedral transform ids int64 [N] (undefined = no augmentation).
 /// 1. keypoints x_t of every frame; central differences ẋ_t = (x_{t+1} − x_{t−1}) / (2Δt),
 ///    projected onto the constraint tangent space, for t = 1 … N−2;
-/// 2. from every start t = 1 … N−1−P, P explicit Euler steps of Δt, all starts as one batch;
+/// 2. from every start t = 1 … N−1−P, P frame intervals of `options.integrator` (each of
+///    `options.substeps` steps of Δt / substeps), all starts as one batch;
 /// 3. every frame rendered from its keypoints; 4. heatmap BCE against the detached Gaussian
-///    maps of the estimates. Throws InputError if N < P + 2 or shapes disagree with the model.
+///    maps of the estimates. Throws InputError if N < P + 2, shapes disagree with the model, the
+///    integrator is dopri5 or substeps < 1.
 LossTerms SequenceLoss(KeycldModel& model, const torch::Tensor& images, const torch::Tensor& u,
                        const torch::Tensor& transform_ids, const LossOptions& options);
 

@@ -1,0 +1,84 @@
+#include "keycld/train/trained_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "keycld/train/trainer.h"
+#include "keycld/util/error.h"
+
+namespace keycld {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string Describe(EnvName env, int size, int nu, double dt) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s, %d px, %d actuator(s), dt %g s", EnvNameString(env).c_str(),
+                size, nu, dt);
+  return buf;
+}
+
+}  // namespace
+
+void SetThreads(int threads) {
+  if (threads < 0 || threads > 1024) {
+    throw InputError("threads must be in [0, 1024] (0 = every core), got " +
+                     std::to_string(threads));
+  }
+  torch::set_num_threads(threads > 0 ? threads
+                                     : int(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+TrainedRun OpenTrainedRun(const TrainedRunOptions& o) {
+  if (o.run.empty()) throw InputError("no run folder given");
+  if (!fs::exists(o.run)) throw IoError("run folder not found: '" + o.run.string() + "'");
+  TrainedRun r;
+  fs::path checkpoint = o.checkpoint;
+  if (fs::is_directory(o.run)) {
+    r.run_dir = o.run;
+  } else {
+    // A checkpoint file: RUN/checkpoints/NAME.pt.
+    if (checkpoint.empty()) checkpoint = o.run;
+    r.run_dir = o.run.parent_path();
+    if (r.run_dir.filename() == "checkpoints") r.run_dir = r.run_dir.parent_path();
+  }
+  if (checkpoint.empty()) checkpoint = r.run_dir / "checkpoints" / "last.pt";
+  const fs::path config_file = r.run_dir / "config.toml";
+  if (!fs::exists(config_file)) {
+    throw IoError("'" + r.run_dir.string() + "' is not a training run folder (no config.toml)");
+  }
+  if (!fs::exists(checkpoint)) {
+    throw IoError("no checkpoint '" + checkpoint.string() + "' (train the run first)");
+  }
+  r.checkpoint = checkpoint;
+  r.config = TrainConfig::FromToml(config_file);
+  SetThreads(o.threads);
+  const torch::Device device = ResolveDevice(o.device.empty() ? r.config.device : o.device);
+  r.model = LoadModel(checkpoint, device);
+  LoadCheckpoint(checkpoint, r.model, nullptr, &r.position);
+  r.model->eval();
+  if (!o.open_data) return r;
+
+  r.data_file = o.data.empty() ? r.config.DataFile() : o.data;
+  if (!fs::exists(r.data_file)) {
+    throw IoError("data set not found: '" + r.data_file.string() +
+                  "' (the run's config names it relative to the folder training ran in; "
+                  "give --data FILE)");
+  }
+  r.data.emplace(Dataset::Open(r.data_file));
+  const DatasetInfo& info = r.data->info();
+  const ModelSpec& spec = r.model->spec();
+  if (info.env != spec.env || info.size != spec.image_size || info.nu != spec.action_dim ||
+      std::abs(info.dt - spec.dt) > 1e-9 * std::max(1.0, spec.dt)) {
+    throw InputError("data set '" + r.data_file.string() + "' (" +
+                     Describe(info.env, info.size, info.nu, info.dt) +
+                     ") does not fit the model '" + checkpoint.string() + "' (" +
+                     Describe(spec.env, spec.image_size, spec.action_dim, spec.dt) + ")");
+  }
+  return r;
+}
+
+}  // namespace keycld
