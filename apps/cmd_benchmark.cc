@@ -14,7 +14,7 @@ struct BenchmarkArgs {
   std::vector<std::string> envs = {"pendulum", "cartpole", "acrobot"};
   std::vector<std::string> controls = {"none", "under", "full"};
   std::vector<std::string> models = {"keycld", "keycld-nc", "node2"};
-  std::string preset = "cpu-quick", out, device;
+  std::string preset = "cpu-quick", out, device, integrator;
   int seeds = 1, epochs = 0, threads = 0;
 };
 
@@ -57,6 +57,9 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
   cmd->add_option("--threads", a->threads, "LibTorch threads (0 = the preset's, else all cores)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N (default: the preset's)");
+  cmd->add_option("--integrator", a->integrator,
+                  "Override the presets' loss integrator: euler (the paper's) | rk4 | verlet")
+      ->check(CLI::IsMember({"euler", "rk4", "verlet"}));
   return [a, global] {
     BenchmarkOptions o;
     o.envs.clear();
@@ -64,18 +67,20 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
     o.models.clear();
     for (const auto& e : a->envs) o.envs.push_back(ParseEnvName(e));
     for (const auto& c : a->controls) o.controls.push_back(ParseControlMode(c));
-    for (const auto& m : a->models) o.models.push_back(ParseModelKind(m));
+    for (const auto& m : a->models) o.models.push_back(FindModelVariant(m).name);
     o.preset = a->preset;
     o.seeds = a->seeds;
     o.epochs = a->epochs;
     o.out = a->out;
     o.threads = a->threads;
     o.device = a->device;
+    o.integrator = a->integrator;
     o.gl = ParseGlBackend(global->gl);
     o.command = "keycld benchmark --envs " + Join(a->envs) + " --controls " + Join(a->controls) +
                 " --models " + Join(a->models) + " --preset " + a->preset + " --seeds " +
                 std::to_string(a->seeds) +
-                (a->epochs > 0 ? " --epochs " + std::to_string(a->epochs) : "");
+                (a->epochs > 0 ? " --epochs " + std::to_string(a->epochs) : "") +
+                (a->integrator.empty() ? "" : " --integrator " + a->integrator);
     BenchmarkResult r = RunBenchmark(o);
     std::printf("\n");
     std::FILE* md = std::fopen(r.markdown.c_str(), "r");

@@ -54,9 +54,10 @@ std::string JoinErrors(const Environment& env, const std::vector<double>& e) {
 
 Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
   auto a = std::make_shared<ControlArgs>();
-  auto* cmd = app.add_subcommand(
-      "control", "Drive the simulated system to a target image with the trained model's "
-                 "energy-shaping controller (KeyCLD §10); the controller sees only images");
+  auto* cmd =
+      app.add_subcommand("control",
+                         "Drive the simulated system to a target image with the trained model's "
+                         "energy-shaping controller (KeyCLD §10); the controller sees only images");
   cmd->add_option("RUN_DIR", a->run, "Training run folder (or a checkpoint in its checkpoints/)")
       ->required();
   auto* target = cmd->add_option_group("target", "What to reach (exactly one)");
@@ -107,8 +108,7 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
     }
     if (!(a->angle_tolerance > 0) || !(a->position_tolerance > 0) || !(a->hold >= 0) ||
         !(a->speed_tolerance > 0) ||
-        !std::isfinite(a->angle_tolerance + a->position_tolerance + a->hold +
-                       a->speed_tolerance)) {
+        !std::isfinite(a->angle_tolerance + a->position_tolerance + a->hold + a->speed_tolerance)) {
       throw InputError(
           "--angle-tolerance, --position-tolerance and --speed-tolerance must be > 0, --hold ≥ 0");
     }
@@ -129,7 +129,7 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
 
     const fs::path run(a->run);
     if (!fs::exists(run)) throw IoError("run folder not found: '" + run.string() + "'");
-    KeycldModel net = LoadModel(run, device);
+    Model net = LoadModel(run, device);
     const ModelSpec spec = net->spec();
     Environment env(spec.env);
     CheckFullyActuated(spec, RunControlMode(run), env);
@@ -148,9 +148,8 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
     auto gl = GlContext::Create(ParseGlBackend(global->gl));
     OffscreenRenderer renderer(env, *gl, spec.image_size);
     LearnedControlModel model(net);
-    ControlTarget tgt = a->target_image.empty()
-                            ? TargetFromState(env, renderer, model, *truth)
-                            : TargetFromImage(model, a->target_image);
+    ControlTarget tgt = a->target_image.empty() ? TargetFromState(env, renderer, model, *truth)
+                                                : TargetFromImage(model, a->target_image);
     env.Reset(init, std::vector<double>(size_t(env.nv()), 0.0));
     EnergyShapingController controller(model, tgt.keypoints, copt);
     ClosedLoop loop(env, renderer, model, controller);
@@ -208,8 +207,8 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
     std::string verdict_line;
     if (truth) {
       const auto tolerances = JointTolerances(env, a->angle_tolerance, a->position_tolerance);
-      ControlVerdict v = JudgeControl(env, steps, *truth, a->angle_tolerance,
-                                      a->position_tolerance, a->hold, a->speed_tolerance);
+      ControlVerdict v = JudgeControl(env, steps, *truth, a->angle_tolerance, a->position_tolerance,
+                                      a->hold, a->speed_tolerance);
       WriteErrorPlot(out / "errors.png", env, steps, *truth, tolerances,
                      EnvNameString(spec.env) + ": true joint errors under energy shaping");
       j["target_qpos"] = *truth;
@@ -240,8 +239,7 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
                     v.max_hold_speed, v.speed_tolerance);
       verdict_line = std::string(v.success ? "success" : "failure") + ": final error " +
                      JoinErrors(env, v.final_errors) + "; max over the last " + hold + " s " +
-                     JoinErrors(env, v.max_hold_errors) + speed + "; " + settle + " (" + tol +
-                     ")";
+                     JoinErrors(env, v.max_hold_errors) + speed + "; " + settle + " (" + tol + ")";
     } else {
       j["verdict"] = nullptr;
       verdict_line =
@@ -251,10 +249,11 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
     }
     j["verdict_line"] = verdict_line;
     WriteTextAtomically(out / "summary.json", j.dump(2) + "\n");
-    std::printf("%s: %zu steps of %.3f s in %.1f s wall (%.0f steps/s: render + estimate + "
-                "control + physics)\n",
-                EnvNameString(spec.env).c_str(), steps.size(), env.timestep(), wall,
-                double(steps.size()) / wall);
+    std::printf(
+        "%s: %zu steps of %.3f s in %.1f s wall (%.0f steps/s: render + estimate + "
+        "control + physics)\n",
+        EnvNameString(spec.env).c_str(), steps.size(), env.timestep(), wall,
+        double(steps.size()) / wall);
     std::printf("verdict: %s\n", verdict_line.c_str());
     std::printf("wrote %s (control.csv, %ssummary.json, target.png%s)\n", out.c_str(),
                 truth ? "errors.png, " : "", a->no_video ? "" : ", control.gif");

@@ -119,7 +119,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
       if (a->hidden) t.config.hidden = *a->hidden;
       if (a->seed && *a->seed < 0) throw InputError("--seed must be ≥ 0");
       if (a->seed) t.config.seed = uint64_t(*a->seed);
-      if (!a->model.empty()) t.config.model = ParseModelKind(a->model);
+      if (!a->model.empty()) t.config.model = FindModelVariant(a->model).name;
       if (!a->integrator.empty()) t.config.integrator = a->integrator;
       if (a->integrator_warmup) t.config.integrator_warmup_epochs = *a->integrator_warmup;
     }
@@ -136,7 +136,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
 
 namespace {
 struct RunArgs {
-  std::string env = "pendulum", control = "none", preset = "cpu-quick", config, out;
+  std::string env = "pendulum", control = "none", preset = "cpu-quick", config, out, integrator;
   int predict_frames = 500;
 };
 }  // namespace
@@ -165,6 +165,9 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
                   "Frames of the prediction video (0 = none)")
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();
+  cmd->add_option("--integrator", a->integrator,
+                  "Override the config's loss integrator: euler (the paper's) | rk4 | verlet")
+      ->check(CLI::IsMember({"euler", "rk4", "verlet"}));
   return [a, global] {
     const auto job_start = std::chrono::steady_clock::now();
     const std::filesystem::path config_file = a->config.empty()
@@ -172,6 +175,7 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
                                                   : std::filesystem::path(a->config);
     TrainOptions t;
     t.config = TrainConfig::FromToml(config_file);
+    if (!a->integrator.empty()) t.config.integrator = a->integrator;
     t.config.Validate();
     t.run_dir = !a->out.empty() ? std::filesystem::path(a->out)
                 : a->config.empty()

@@ -7,10 +7,9 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include "bench_main.h"
 #include "keycld/control/closed_loop.h"
 #include "keycld/sim/gl_context.h"
-
-#include "bench_main.h"
 
 namespace keycld {
 namespace {
@@ -24,11 +23,11 @@ struct Setup {
       : env(Env(state.range(2))),
         gl(GlContext::Create(GlBackend::kAuto)),
         renderer(env, *gl, int(state.range(0))),
-        net(Spec(state)),
+        net(CreateModel(Spec(state))),
         model(net) {
     torch::set_num_threads(int(state.range(3)));
-    target = TargetFromState(env, renderer, model, std::vector<double>(size_t(env.nq()), 0.0))
-                 .keypoints;
+    target =
+        TargetFromState(env, renderer, model, std::vector<double>(size_t(env.nq()), 0.0)).keypoints;
     env.Reset(DefaultInitialState(env.name()), std::vector<double>(size_t(env.nv()), 0.0));
   }
   static ModelSpec Spec(const benchmark::State& state) {
@@ -42,13 +41,13 @@ struct Setup {
     return spec;
   }
   std::string Label(const benchmark::State& state) const {
-    return EnvNameString(env.name()) + " " + std::to_string(state.range(0)) + "px h=" +
-           std::to_string(state.range(1)) + " threads=" + std::to_string(state.range(3));
+    return EnvNameString(env.name()) + " " + std::to_string(state.range(0)) +
+           "px h=" + std::to_string(state.range(1)) + " threads=" + std::to_string(state.range(3));
   }
   Environment env;
   std::unique_ptr<GlContext> gl;
   OffscreenRenderer renderer;
-  KeycldModel net;
+  Model net;
   LearnedControlModel model;
   torch::Tensor target;
 };
@@ -58,8 +57,8 @@ void BM_ControlStep(benchmark::State& state) {
   EnergyShapingController controller(s.model, s.target, ControllerOptions{.u_max = 2.0});
   ClosedLoop loop(s.env, s.renderer, s.model, controller);
   for (auto _ : state) benchmark::DoNotOptimize(loop.Step());
-  state.counters["steps/s"] = benchmark::Counter(double(state.iterations()),
-                                                 benchmark::Counter::kIsRate);
+  state.counters["steps/s"] =
+      benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
   state.SetLabel(s.Label(state));
 }
 
@@ -87,21 +86,25 @@ void BM_ControllerAct(benchmark::State& state) {
   state.SetLabel(s.Label(state));
 }
 
-#define KEYCLD_CONTROL_ARGS                                                  \
-  ->Args({32, 16, 0, 1})     /* CPU quick preset, pendulum */                \
-      ->Args({32, 16, 0, 2}) /* same, 2 threads */                           \
-      ->Args({32, 16, 1, 1}) /* cartpole */                                  \
-      ->Args({64, 32, 0, 1}) /* the paper's size */                          \
-      ->Args({64, 32, 0, 2})                                                 \
-      ->Args({64, 32, 2, 2}) /* acrobot */                                   \
-      ->Unit(benchmark::kMillisecond)                                        \
+#define KEYCLD_CONTROL_ARGS                                   \
+  ->Args({32, 16, 0, 1})     /* CPU quick preset, pendulum */ \
+      ->Args({32, 16, 0, 2}) /* same, 2 threads */            \
+      ->Args({32, 16, 1, 1}) /* cartpole */                   \
+      ->Args({64, 32, 0, 1}) /* the paper's size */           \
+      ->Args({64, 32, 0, 2})                                  \
+      ->Args({64, 32, 2, 2}) /* acrobot */                    \
+      ->Unit(benchmark::kMillisecond)                         \
       ->UseRealTime()
 
 BENCHMARK(BM_ControlStep) KEYCLD_CONTROL_ARGS->MinTime(3.0);
 BENCHMARK(BM_Render) KEYCLD_CONTROL_ARGS->MinTime(1.0);
 BENCHMARK(BM_EstimateKeypoints) KEYCLD_CONTROL_ARGS->MinTime(1.0);
-BENCHMARK(BM_ControllerAct)->Args({32, 16, 0, 1})->Args({32, 16, 1, 1})->Unit(
-    benchmark::kMillisecond)->UseRealTime()->MinTime(1.0);
+BENCHMARK(BM_ControllerAct)
+    ->Args({32, 16, 0, 1})
+    ->Args({32, 16, 1, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(1.0);
 
 }  // namespace
 }  // namespace keycld

@@ -11,11 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "keycld/dynamics/integrators.h"
-#include "keycld/train/keycld_model.h"
-#include "keycld/train/vpt.h"
-
 #include "bench_main.h"
+#include "keycld/dynamics/integrators.h"
+#include "keycld/models/registry.h"
+#include "keycld/train/vpt.h"
 
 namespace keycld {
 namespace {
@@ -36,7 +35,7 @@ void BM_EstimateKeypoints(benchmark::State& state) {
   torch::set_num_threads(int(state.range(3)));
   torch::manual_seed(0);
   const ModelSpec spec = Spec(state.range(0), state.range(1), EnvName::kPendulum);
-  KeycldModel model(spec);
+  Model model = CreateModel(spec);
   model->eval();
   const int64_t B = state.range(2), S = spec.image_size;
   torch::Tensor images = torch::rand({B, 3, S, S});
@@ -52,10 +51,10 @@ void BM_EstimateKeypoints(benchmark::State& state) {
                  " batch=" + std::to_string(B) + " threads=" + std::to_string(state.range(3)));
 }
 BENCHMARK(BM_EstimateKeypoints)
-    ->Args({64, 32, 1, 1})    // the paper's size, one frame (latency)
+    ->Args({64, 32, 1, 1})  // the paper's size, one frame (latency)
     ->Args({64, 32, 1, 2})
-    ->Args({64, 32, 50, 2})   // one sequence (throughput)
-    ->Args({32, 16, 1, 1})    // CPU preset
+    ->Args({64, 32, 50, 2})  // one sequence (throughput)
+    ->Args({32, 16, 1, 1})   // CPU preset
     ->Args({32, 16, 50, 2})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
@@ -67,7 +66,7 @@ void BM_Rollout500Dopri5(benchmark::State& state) {
   torch::manual_seed(0);
   const EnvName env = state.range(0) == 0 ? EnvName::kPendulum : EnvName::kCartpole;
   const ModelSpec spec = Spec(32, 16, env);
-  KeycldModel model(spec);
+  Model model = CreateModel(spec);
   DoublePrecisionDynamics fp64(model);
   const int64_t R = state.range(1), K = spec.num_keypoints;
   // Three frames of a swinging system on its constraints (pendulum: tip on a circle of radius
@@ -95,8 +94,8 @@ void BM_Rollout500Dopri5(benchmark::State& state) {
   IntegratorOptions options;  // rtol = atol = 1.4e-8 (KEYCLD.md §5)
   int64_t steps = 0;
   for (auto _ : state) {
-    Trajectory t = model->Rollout(start.x, start.xdot, u, times, IntegratorMethod::kDopri5,
-                                  options);
+    Trajectory t =
+        model->Rollout(start.x, start.xdot, u, times, IntegratorMethod::kDopri5, options);
     steps = t.accepted_steps + t.rejected_steps;
     benchmark::DoNotOptimize(t.x.data_ptr<double>());
   }

@@ -7,11 +7,11 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
-#include "keycld/train/keycld_model.h"
+#include "bench_main.h"
+#include "keycld/models/keypoint_model.h"
+#include "keycld/models/registry.h"
 #include "keycld/train/loss.h"
 #include "keycld/train/vpt.h"
-
-#include "bench_main.h"
 
 namespace keycld {
 namespace {
@@ -28,8 +28,8 @@ void BM_TrainStep(benchmark::State& state) {
   spec.image_size = int(state.range(0));
   spec.hidden = int(state.range(1));
   spec.dt = 0.02;
-  spec.model = kAllModelKinds[state.range(5)];
-  KeycldModel model(spec);
+  spec.model = ModelVariantNames()[state.range(5)];
+  Model model = CreateModel(spec);
   const Precision precision = state.range(6) ? Precision::kBfloat16 : Precision::kFloat32;
   if (precision == Precision::kBfloat16 && !HasNativeBf16(torch::kCPU)) {
     state.SkipWithError("no native bf16 on this CPU");
@@ -59,21 +59,21 @@ void BM_TrainStep(benchmark::State& state) {
   const double flops = TrainingStepFlops(spec, N);
   state.counters["frames/s"] =
       benchmark::Counter(double(N) * double(state.iterations()), benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9 * double(state.iterations()),
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9 * double(state.iterations()), benchmark::Counter::kIsRate);
   state.counters["GFLOP/step"] = flops * 1e-9;
-  state.SetLabel(ModelKindName(spec.model) + " " + EnvNameString(spec.env) + " " + std::to_string(S) + "px h=" +
-                 std::to_string(spec.hidden) + " N=" + std::to_string(N) + " threads=" +
-                 std::to_string(state.range(4)) + " " + PrecisionName(precision));
+  state.SetLabel(spec.model + " " + EnvNameString(spec.env) + " " + std::to_string(S) +
+                 "px h=" + std::to_string(spec.hidden) + " N=" + std::to_string(N) +
+                 " threads=" + std::to_string(state.range(4)) + " " + PrecisionName(precision));
 }
 BENCHMARK(BM_TrainStep)
-    ->Args({64, 32, 50, 0, 2, 0, 0})   // the paper's setting
+    ->Args({64, 32, 50, 0, 2, 0, 0})  // the paper's setting
     ->Args({64, 32, 50, 0, 1, 0, 0})
-    ->Args({64, 32, 50, 0, 2, 0, 1})   // bf16
-    ->Args({32, 16, 50, 0, 2, 0, 0})   // CPU quick preset, each variant
+    ->Args({64, 32, 50, 0, 2, 0, 1})  // bf16
+    ->Args({32, 16, 50, 0, 2, 0, 0})  // CPU quick preset, each variant
     ->Args({32, 16, 50, 0, 2, 1, 0})
     ->Args({32, 16, 50, 0, 2, 2, 0})
-    ->Args({32, 16, 50, 0, 2, 0, 1})   // bf16
+    ->Args({32, 16, 50, 0, 2, 0, 1})  // bf16
     ->Args({32, 16, 50, 1, 2, 0, 0})
     ->Args({32, 16, 50, 1, 2, 1, 0})
     ->Args({32, 16, 50, 1, 2, 2, 0})

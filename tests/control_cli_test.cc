@@ -20,11 +20,11 @@ fs::path MakeRun(const testing::TempDir& dir, const std::string& name, EnvName e
                  const std::string& control) {
   const ModelSpec spec = testing::TinyModelSpec(env);
   torch::manual_seed(0);
-  KeycldModel model(spec);
+  Model model = CreateModel(spec);
   const fs::path run = dir / name;
   SaveCheckpoint(run / "checkpoints" / "last.pt", model, nullptr, {});
-  std::ofstream(run / "config.toml") << "[data]\nenv = \"" << EnvNameString(env)
-                                     << "\"\ncontrol = \"" << control << "\"\n";
+  std::ofstream(run / "config.toml")
+      << "[data]\nenv = \"" << EnvNameString(env) << "\"\ncontrol = \"" << control << "\"\n";
   return run;
 }
 
@@ -72,11 +72,11 @@ TEST(ControlCli, WritesCsvVideoPlotAndSummary) {
   EXPECT_EQ(uint8_t(gif[6]) | (uint8_t(gif[7]) << 8), 160);
 
   // The target from the saved image, with and without the truth.
-  ASSERT_EQ(testing::RunCli("control " + run.string() + " --target-image " +
-                                (o / "target.png").string() + " --seconds 0.05 --no-video " +
-                                "--out " + (dir / "img").string(),
-                            &out),
-            0)
+  ASSERT_EQ(
+      testing::RunCli("control " + run.string() + " --target-image " + (o / "target.png").string() +
+                          " --seconds 0.05 --no-video " + "--out " + (dir / "img").string(),
+                      &out),
+      0)
       << out;
   EXPECT_NE(out.find("no verdict"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "img" / "control.gif"));
@@ -98,9 +98,9 @@ TEST(ControlCli, RefusesWhatItCannotControl) {
   EXPECT_FALSE(fs::exists(none / "control"));
   // Usage errors (exit 2): no target, two targets.
   EXPECT_EQ(testing::RunCli("control " + full.string(), &out), 2) << out;
-  EXPECT_EQ(testing::RunCli("control " + full.string() + " --target-state 0 --target-image x.png",
-                            &out),
-            2)
+  EXPECT_EQ(
+      testing::RunCli("control " + full.string() + " --target-state 0 --target-image x.png", &out),
+      2)
       << out;
   // Bad values (exit 1, one line).
   // (ParseJointState and ControllerOptions::Validate are tested in-process; one of each here.)

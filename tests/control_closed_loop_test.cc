@@ -57,9 +57,10 @@ TEST(ControlClosedLoop, TruePendulumSwingsUpAndHolds) {
   double u_max = 0;
   for (const auto& s : steps) u_max = std::max(u_max, std::abs(s.action[0]));
   EXPECT_LT(u_max, 10.0);
-  std::printf("true pendulum swing-up: final error %.2e rad, settled (0.05 rad) after %.2f s, "
-              "max |u| %.2f\n",
-              final_error[0], v.settle_time, u_max);
+  std::printf(
+      "true pendulum swing-up: final error %.2e rad, settled (0.05 rad) after %.2f s, "
+      "max |u| %.2f\n",
+      final_error[0], v.settle_time, u_max);
   // Records: the estimate is the projected tip; the velocity estimate follows the true one.
   const auto& last = steps.back();
   EXPECT_NEAR(last.keypoints[0], model.radius() * std::sin(last.qpos[0]), 1e-9);
@@ -163,8 +164,7 @@ TEST(ControlVerdict, JointErrorsWrapAnglesButNotPositions) {
 
 TEST(ControlVerdict, ParseJointState) {
   Environment acrobot(EnvName::kAcrobot);
-  EXPECT_EQ(ParseJointState(acrobot, "0.5,-1", "--target-state"),
-            (std::vector<double>{0.5, -1.0}));
+  EXPECT_EQ(ParseJointState(acrobot, "0.5,-1", "--target-state"), (std::vector<double>{0.5, -1.0}));
   EXPECT_EQ(ParseJointState(acrobot, " 1e-1, 2 ", "--x"), (std::vector<double>{0.1, 2.0}));
   for (const char* bad : {"", "1", "1,2,3", "1,,2", "1,abc", "1,2,", "nan,1", "1,inf"}) {
     EXPECT_THROW(ParseJointState(acrobot, bad, "--target-state"), InputError) << bad;
@@ -187,7 +187,7 @@ TEST(ControlTarget, TargetImageMustBeAnRgbPngOfTheModelsSize) {
   spec.image_size = 16;
   spec.hidden = 8;
   torch::manual_seed(0);
-  LearnedControlModel model{KeycldModel(spec)};
+  LearnedControlModel model{CreateModel(spec)};
   ControlTarget from_state = TargetFromState(env, renderer, model, {0.7});
   WritePng(dir / "t.png", from_state.image, 16, 16);
   ControlTarget from_image = TargetFromImage(model, dir / "t.png");
@@ -220,7 +220,7 @@ TEST(ControlModelAdapter, LearnedModelMatchesTheModelsOwnOutputs) {
   spec.image_size = 16;
   spec.hidden = 8;
   torch::manual_seed(1);
-  KeycldModel net(spec);
+  Model net = CreateModel(spec);
   LearnedControlModel model(net);
   std::vector<uint8_t> rgb(16 * 16 * 3);
   for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = uint8_t((i * 37) % 251);
@@ -241,8 +241,7 @@ TEST(ControlModelAdapter, LearnedModelMatchesTheModelsOwnOutputs) {
   for (int i = 0; i < 4; ++i) {
     auto e = torch::zeros({1, 4}, torch::kFloat64);
     e[0][i] = 1e-2;
-    const double fd =
-        (model.Potential(x + e) - model.Potential(x - e)).item<double>() / 2e-2;
+    const double fd = (model.Potential(x + e) - model.Potential(x - e)).item<double>() / 2e-2;
     EXPECT_NEAR(g[0][i].item<double>(), fd, 1e-4 + 1e-2 * std::abs(fd));
   }
   // The tangent projection removes the constraint normals: D·(P v) = 0 for the cartpole.
@@ -277,18 +276,18 @@ TEST(ControlModelAdapter, RefusesModelsThatAreNotFullyActuated) {
 
   // NODE2 has no potential, input matrix or mass matrix to shape; KeyCLD-NC has all three.
   ModelSpec node2 = spec;
-  node2.model = ModelKind::kNode2;
+  node2.model = "node2";
   node2.image_size = 16;
   node2.hidden = 8;
   try {
-    LearnedControlModel refused{KeycldModel(node2)};
+    LearnedControlModel refused{CreateModel(node2)};
     ADD_FAILURE() << "node2 accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("node2"), std::string::npos) << e.what();
   }
   ModelSpec nc = node2;
-  nc.model = ModelKind::kKeycldNc;
-  EXPECT_NO_THROW(LearnedControlModel{KeycldModel(nc)});
+  nc.model = "keycld-nc";
+  EXPECT_NO_THROW(LearnedControlModel{CreateModel(nc)});
 
   testing::TempDir dir;
   EXPECT_EQ(RunControlMode(dir.path()), "");

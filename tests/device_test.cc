@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "keycld/train/keycld_model.h"
+#include "keycld/models/keypoint_model.h"
+#include "keycld/models/registry.h"
 #include "keycld/train/loss.h"
 #include "keycld/train/vpt.h"
 
@@ -21,7 +22,7 @@ namespace {
 
 bool HaveCuda() { return torch::cuda::is_available(); }
 
-ModelSpec Spec(EnvName env, ModelKind kind, int size, int hidden) {
+ModelSpec Spec(EnvName env, std::string kind, int size, int hidden) {
   ModelSpec spec;
   spec.env = env;
   spec.num_keypoints = KeypointCount(env);
@@ -50,21 +51,21 @@ void ExpectClose(const torch::Tensor& cuda, const torch::Tensor& cpu, double rto
   const torch::Tensor a = cuda.cpu().to(torch::kFloat64), b = cpu.to(torch::kFloat64);
   const double scale = std::max(b.abs().max().item<double>(), 1e-6);
   const double err = (a - b).abs().max().item<double>();
-  EXPECT_LE(err, rtol * scale) << what << ": max |cuda - cpu| = " << err << ", max |cpu| = "
-                               << scale;
+  EXPECT_LE(err, rtol * scale) << what << ": max |cuda - cpu| = " << err
+                               << ", max |cpu| = " << scale;
 }
 
 // One training step (loss, backward, Adam) of every variant, same weights on both devices.
 TEST_F(CudaTest, TrainingStepMatchesTheCpu) {
   const torch::Device cuda(torch::kCUDA);
   for (EnvName env : {EnvName::kPendulum, EnvName::kCartpole}) {
-    for (ModelKind kind : kAllModelKinds) {
+    for (const std::string& kind : ModelVariantNames()) {
       const ModelSpec spec = Spec(env, kind, 32, 16);
-      const std::string name = EnvNameString(env) + "/" + ModelKindName(kind);
+      const std::string name = EnvNameString(env) + "/" + kind;
       torch::manual_seed(1);
-      KeycldModel cpu(spec);
+      Model cpu = CreateModel(spec);
       torch::manual_seed(1);
-      KeycldModel gpu(spec);
+      Model gpu = CreateModel(spec);
       gpu->to(cuda);
       ASSERT_EQ(gpu->device().type(), torch::kCUDA);
       torch::manual_seed(2);
@@ -101,11 +102,11 @@ TEST_F(CudaTest, TrainingStepMatchesTheCpu) {
 TEST_F(CudaTest, PredictionMatchesTheCpu) {
   const torch::Device cuda(torch::kCUDA);
   for (EnvName env : {EnvName::kPendulum, EnvName::kCartpole}) {
-    const ModelSpec spec = Spec(env, ModelKind::kKeycld, 32, 16);
+    const ModelSpec spec = Spec(env, "keycld", 32, 16);
     torch::manual_seed(3);
-    KeycldModel cpu(spec);
+    Model cpu = CreateModel(spec);
     torch::manual_seed(3);
-    KeycldModel gpu(spec);
+    Model gpu = CreateModel(spec);
     gpu->to(cuda);
     cpu->eval();
     gpu->eval();
@@ -130,14 +131,15 @@ TEST_F(CudaTest, PredictionMatchesTheCpu) {
 TEST_F(CudaTest, PaperSettingTrainingLowersTheLoss) {
   const torch::Device cuda(torch::kCUDA);
   at::globalContext().setAllowTF32CuDNN(true);  // LibTorch's default for convolutions
-  const ModelSpec spec = Spec(EnvName::kPendulum, ModelKind::kKeycld, 64, 32);
+  const ModelSpec spec = Spec(EnvName::kPendulum, "keycld", 64, 32);
   torch::manual_seed(0);
-  KeycldModel model(spec);
+  Model model = CreateModel(spec);
   model->to(cuda);
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(3e-4));
   const torch::Tensor images = torch::rand({50, 3, 64, 64}, cuda);
   const torch::Tensor u = torch::zeros({1}, cuda);
-  const torch::Tensor ids = torch::randint(0, 8, {50}, torch::TensorOptions(cuda).dtype(torch::kInt64));
+  const torch::Tensor ids =
+      torch::randint(0, 8, {50}, torch::TensorOptions(cuda).dtype(torch::kInt64));
   auto median_seconds = [](const std::function<void()>& f) {
     for (int i = 0; i < 3; ++i) f();
     torch::cuda::synchronize();
@@ -165,13 +167,13 @@ TEST_F(CudaTest, PaperSettingTrainingLowersTheLoss) {
     c10::InferenceMode guard;
     model->Encode(frame);
   });
-  std::printf("[cuda] paper-setting training step %.4f s (%.1f GFLOP/s against %.1f GFLOP); "
-              "one 64x64 frame %.3f ms\n",
-              step, TrainingStepFlops(spec, 50) * 1e-9 / step, TrainingStepFlops(spec, 50) * 1e-9,
-              latency * 1e3);
+  std::printf(
+      "[cuda] paper-setting training step %.4f s (%.1f GFLOP/s against %.1f GFLOP); "
+      "one 64x64 frame %.3f ms\n",
+      step, TrainingStepFlops(spec, 50) * 1e-9 / step, TrainingStepFlops(spec, 50) * 1e-9,
+      latency * 1e3);
   ASSERT_EQ(losses.size(), 13u);
-  EXPECT_LT(losses.back(), losses.front()) << "loss " << losses.front() << " -> "
-                                                 << losses.back();
+  EXPECT_LT(losses.back(), losses.front()) << "loss " << losses.front() << " -> " << losses.back();
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ std::vector<std::string> Lines(const std::string& text) {
   return out;
 }
 
-BenchmarkCell Cell(ModelKind model, int seed, std::vector<int> vpt, double train_seconds,
+BenchmarkCell Cell(std::string model, int seed, std::vector<int> vpt, double train_seconds,
                    bool failed = false) {
   BenchmarkCell c;
   c.env = EnvName::kCartpole;
@@ -53,15 +53,15 @@ BenchmarkCell Cell(ModelKind model, int seed, std::vector<int> vpt, double train
 
 TEST(Benchmark, RowsPoolTheValidationRunsOfAllSeeds) {
   std::vector<BenchmarkCell> cells = {
-      Cell(ModelKind::kKeycld, 0, {10, 20}, 100),
-      Cell(ModelKind::kNode2, 0, {3}, 50),
-      Cell(ModelKind::kKeycld, 1, {30, 40}, 300),
-      Cell(ModelKind::kNode2, 1, {}, 70, /*failed=*/true),
+      Cell("keycld", 0, {10, 20}, 100),
+      Cell("node2", 0, {3}, 50),
+      Cell("keycld", 1, {30, 40}, 300),
+      Cell("node2", 1, {}, 70, /*failed=*/true),
   };
   std::vector<BenchmarkRow> rows = SummarizeCells(cells);
   ASSERT_EQ(rows.size(), 2u);
   // keycld: runs {10, 20, 30, 40}: mean 25, population std sqrt(125), median 25.
-  EXPECT_EQ(rows[0].model, ModelKind::kKeycld);
+  EXPECT_EQ(rows[0].model, "keycld");
   EXPECT_EQ(rows[0].seeds, 2);
   EXPECT_EQ(rows[0].runs, 4);
   EXPECT_DOUBLE_EQ(rows[0].vpt_mean, 25.0);
@@ -127,7 +127,7 @@ TEST(Benchmark, CommandWritesTheTableSkipsFinishedCellsAndResumes) {
   // --epochs overrides the preset: one epoch of 5 steps, the cell's model is node2.
   EXPECT_TRUE(fs::exists(node2 / "checkpoints/epoch-0001.pt"));
   EXPECT_FALSE(fs::exists(node2 / "checkpoints/epoch-0002.pt"));
-  EXPECT_EQ(ReadCheckpointSpec(node2 / "checkpoints/last.pt").model, ModelKind::kNode2);
+  EXPECT_EQ(ReadCheckpointSpec(node2 / "checkpoints/last.pt").model, "node2");
   json cell = json::parse(ReadText(node2 / "result.json"));
   EXPECT_EQ(cell["steps"], 5);
   EXPECT_EQ(cell["model"], "node2");
@@ -143,7 +143,7 @@ TEST(Benchmark, CommandWritesTheTableSkipsFinishedCellsAndResumes) {
     auto images =
         torch::from_blob(d.ReadImages(run).data(), {1, 8, 16, 16, 3}, torch::kUInt8).clone();
     auto actions = torch::tensor({float(d.ReadAction(run).at(0))}).reshape({1, 1});
-    KeycldModel model = LoadModel(node2 / "checkpoints/epoch-0001.pt", torch::kCPU);
+    Model model = LoadModel(node2 / "checkpoints/epoch-0001.pt", torch::kCPU);
     VptOptions o;
     o.epsilon = 1e9;
     o.rtol = o.atol = 1e-6;
@@ -225,9 +225,9 @@ TEST(Benchmark, ValidationVptScoresDivergingRunsWithTheFallback) {
   spec.hidden = 8;
   spec.image_size = 16;
   spec.dt = data.info().dt;
-  spec.model = ModelKind::kNode2;
+  spec.model = "node2";
   torch::manual_seed(1);
-  KeycldModel model(spec);
+  Model model = CreateModel(spec);
   // Batches of 1 and of 2 runs: every frame valid, nothing diverges.
   ValidationScore one = ValidationVpt(model, data, 1e-6, 1e-6, 1);
   ValidationScore two = ValidationVpt(model, data, 1e-6, 1e-6, 2);

@@ -104,7 +104,7 @@ TEST(Diagnostics, RolloutKeypointErrorIsTheDistanceFromTheEstimates) {
   testing::TempDir dir;
   Dataset data = Dataset::Open(testing::TinyPendulumData(dir.path()));
   torch::manual_seed(1);
-  KeycldModel model(testing::TinyModelSpec(EnvName::kPendulum));
+  Model model = CreateModel(testing::TinyModelSpec(EnvName::kPendulum));
   torch::Tensor images, actions;
   LoadRuns(data, data.TrainRuns(), &images, &actions);
   VptOptions vo;

@@ -1,6 +1,7 @@
 // keycld evaluate and keycld run's report on a tiny trained run: the numbers agree with
 // independent recomputation, the figures decode, mismatched inputs are refused.
 #include <gtest/gtest.h>
+#include <stb/stb_image.h>
 
 #include <cstring>
 #include <fstream>
@@ -12,8 +13,6 @@
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/vpt.h"
 #include "test_util.h"
-
-#include <stb/stb_image.h>
 
 namespace keycld {
 namespace {
@@ -32,8 +31,8 @@ class EvaluateTest : public ::testing::Test {
            "[eval]\nrtol = 1e-6\natol = 1e-6\n";
     cfg.close();
     run_output_ = new std::string;
-    run_rc_ = testing::RunCli("run --config tiny.toml --predict-frames 0", run_output_,
-                              dir_->path());
+    run_rc_ =
+        testing::RunCli("run --config tiny.toml --predict-frames 0", run_output_, dir_->path());
   }
   static void TearDownTestSuite() {
     delete dir_;
@@ -100,7 +99,7 @@ TEST_F(EvaluateTest, VptMatchesAnIndependentRecomputation) {
   ASSERT_EQ(j["vpt"]["per_run"].size(), val.size());
   EXPECT_DOUBLE_EQ(j["epsilon"].get<double>(), d.info().vpt_epsilon);
   // Recompute: the same model and runs through ValidPredictionTime directly.
-  KeycldModel model = LoadModel(Run(), torch::kCPU);
+  Model model = LoadModel(Run(), torch::kCPU);
   torch::Tensor images = torch::empty({int64_t(val.size()), 10, 16, 16, 3}, torch::kUInt8);
   torch::Tensor actions = torch::zeros({int64_t(val.size()), 1});
   for (size_t i = 0; i < val.size(); ++i) {
@@ -118,10 +117,12 @@ TEST_F(EvaluateTest, VptMatchesAnIndependentRecomputation) {
   ASSERT_EQ(mean.size(), 10u);
   for (int t = 0; t < 10; ++t) EXPECT_NEAR(mean[t], r.mse.select(1, t).mean().item<double>(), 1e-9);
   // Masses are the model's m_k.
-  EXPECT_NEAR(j["masses"][0].get<double>(), model->mass->m()[0].item<double>(), 1e-7);
+  EXPECT_NEAR(j["masses"][0].get<double>(), model->MassScalars()[0].item<double>(), 1e-7);
   // The solver option changes the rollout: one RK4 step per frame.
-  ASSERT_EQ(testing::RunCli("evaluate runs/tiny --no-plots --solver rk4 --out rk4", &out,
-                            dir_->path()), 0) << out;
+  ASSERT_EQ(
+      testing::RunCli("evaluate runs/tiny --no-plots --solver rk4 --out rk4", &out, dir_->path()),
+      0)
+      << out;
   std::ifstream in2(dir_->path() / "rk4/evaluation.json");
   EXPECT_EQ(json::parse(in2)["solver"], "rk4");
 }

@@ -4,13 +4,13 @@
 #include <filesystem>
 
 #include "keycld/data/generate.h"
-#include "keycld/train/keycld_model.h"
+#include "keycld/models/registry.h"
 
 namespace keycld::testing {
 
 /// A 16×16, h = 8 model of `env`, every actuator modelled (pendulum 1, cartpole/acrobot 2),
 /// Δt of the environment's frames.
-inline ModelSpec TinyModelSpec(EnvName env, ModelKind kind = ModelKind::kKeycld) {
+inline ModelSpec TinyModelSpec(EnvName env, std::string kind = "keycld") {
   ModelSpec s;
   s.env = env;
   s.num_keypoints = KeypointCount(env);

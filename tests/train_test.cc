@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "keycld/data/generate.h"
+#include "keycld/models/keypoint_model.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/loss.h"
 #include "keycld/train/trainer.h"
@@ -69,7 +70,7 @@ TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   c.hidden = 16;
   c.lr = 1e-3;
   c.augment = false;
-  c.model = ModelKind::kNode2;
+  c.model = "node2";
   c.precision = "bf16";
   c.integrator = "verlet";
   c.integrator_substeps = 3;
@@ -133,7 +134,7 @@ TEST(Train, ATinyRunLowersTheLoss) {
       torch::from_blob(d.ReadImages(0).data(), {10, 16, 16, 3}, torch::kUInt8).clone(),
       torch::kCPU);
   torch::Tensor u = torch::zeros({1});
-  auto loss_of = [&](KeycldModel model) {
+  auto loss_of = [&](Model model) {
     torch::NoGradGuard g;
     return SequenceLoss(model, images, u, {}, {}).total.item<double>();
   };
@@ -142,7 +143,7 @@ TEST(Train, ATinyRunLowersTheLoss) {
   spec.hidden = 8;
   spec.image_size = 16;
   spec.dt = 0.02;
-  KeycldModel initial(spec);
+  Model initial = CreateModel(spec);
   const double before = loss_of(initial);
   TrainSummary s = Train(opt);
   EXPECT_EQ(s.steps, 6 * 5);
@@ -184,12 +185,12 @@ TEST(Train, EveryLossIntegratorLowersTheLossAndTheScheduleIsRecorded) {
     opt.config.max_acceleration = 1000;
     LossOptions lo;
     lo.integrator = ParseIntegratorMethod(name);
-    auto loss_of = [&](KeycldModel model) {
+    auto loss_of = [&](Model model) {
       torch::NoGradGuard g;
       return SequenceLoss(model, images, torch::zeros({1}), {}, lo).total.item<double>();
     };
     torch::manual_seed(opt.config.seed);
-    KeycldModel initial(testing::TinyModelSpec(EnvName::kPendulum));
+    Model initial = CreateModel(testing::TinyModelSpec(EnvName::kPendulum));
     const double before = loss_of(initial);
     TrainSummary s = Train(opt);
     const double after = loss_of(LoadModel(s.checkpoint, torch::kCPU));
@@ -216,7 +217,7 @@ TEST(Train, EveryLossIntegratorLowersTheLossAndTheScheduleIsRecorded) {
   }
   // The integrators give different losses for the same model; dopri5 is not a loss integrator.
   torch::manual_seed(0);
-  KeycldModel m(testing::TinyModelSpec(EnvName::kPendulum));
+  Model m = CreateModel(testing::TinyModelSpec(EnvName::kPendulum));
   torch::NoGradGuard g;
   LossOptions euler, rk4, dopri;
   rk4.integrator = IntegratorMethod::kRk4;
@@ -238,7 +239,7 @@ TEST(Train, AccelerationBoundOfTheDynamicsLoss) {
       torch::from_blob(d.ReadImages(2).data(), {10, 16, 16, 3}, torch::kUInt8).clone(),
       torch::kCPU);
   torch::manual_seed(5);
-  KeycldModel m(testing::TinyModelSpec(EnvName::kPendulum, ModelKind::kKeycldNc));
+  Model m = CreateModel(testing::TinyModelSpec(EnvName::kPendulum, "keycld-nc"));
   torch::NoGradGuard g;
   const torch::Tensor u = torch::zeros({1});
   for (IntegratorMethod method : {IntegratorMethod::kEuler, IntegratorMethod::kRk4}) {
@@ -443,7 +444,7 @@ TEST(Train, VptCountsFramesUntilTheErrorExceedsTheThreshold) {
   spec.hidden = 8;
   spec.image_size = 16;
   spec.dt = 0.02;
-  KeycldModel model(spec);
+  Model model = CreateModel(spec);
   auto images = torch::from_blob(d.ReadImages(5).data(), {1, 10, 16, 16, 3}, torch::kUInt8).clone();
   auto actions = torch::zeros({1, 1});
   VptOptions o;

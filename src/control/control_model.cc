@@ -9,22 +9,18 @@ namespace keycld {
 namespace fs = std::filesystem;
 
 namespace {
-// Energy shaping needs V, B and M (KEYCLD.md §10); NODE2 learns none of them.
-const KeycldModel& RequireEnergy(const KeycldModel& model) {
+// Energy shaping needs V, B and M (docs/method.md §10); NODE2 learns none of them.
+Model RequireEnergy(Model model) {
   if (!model) throw InputError("energy shaping needs a loaded model");
-  if (!model->HasEnergy()) {
-    throw InputError("energy shaping needs a learned potential, input matrix and mass matrix; a " +
-                     ModelKindName(model->kind()) +
-                     " model has none (train with --model keycld or keycld-nc)");
-  }
+  model->RequireEnergy("energy shaping (a potential, input matrix and mass matrix)");
   return model;
 }
 }  // namespace
 
-LearnedControlModel::LearnedControlModel(KeycldModel model)
+LearnedControlModel::LearnedControlModel(Model model)
     : model_(RequireEnergy(model)),
-      device_(model_->mass->m().device()),
-      dtype_(model_->mass->m().scalar_type()) {}
+      device_(model_->MassScalars().device()),
+      dtype_(model_->MassScalars().scalar_type()) {}
 
 torch::Tensor LearnedControlModel::ToModel(const torch::Tensor& x) const {
   return x.to(device_, dtype_);

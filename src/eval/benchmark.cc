@@ -50,9 +50,9 @@ void Stats(const std::vector<int>& v, double* mean, double* std, double* median)
   *median = m % 2 ? s[m / 2] : 0.5 * (s[m / 2 - 1] + s[m / 2]);
 }
 
-std::string CellName(EnvName env, ControlMode control, ModelKind model, int seed) {
-  return EnvNameString(env) + "-" + ControlModeString(control) + "-" + ModelKindName(model) +
-         "-seed" + std::to_string(seed);
+std::string CellName(EnvName env, ControlMode control, std::string model, int seed) {
+  return EnvNameString(env) + "-" + ControlModeString(control) + "-" + model + "-seed" +
+         std::to_string(seed);
 }
 
 std::string SettingName(EnvName env, ControlMode control) {
@@ -76,7 +76,7 @@ void LoadValidation(const Dataset& data, const std::vector<int64_t>& runs, size_
 
 // VPT of one run from a fixed-step RK4 rollout, frames invalid from the first non-finite
 // keypoint on; 0 if the rollout throws.
-int FallbackVpt(KeycldModel& model, const torch::Tensor& images, const torch::Tensor& actions,
+int FallbackVpt(Model& model, const torch::Tensor& images, const torch::Tensor& actions,
                 double epsilon) {
   try {
     IntegratorOptions io;
@@ -102,7 +102,7 @@ json CellToJson(const BenchmarkCell& c, const TrainConfig& cfg, const DatasetInf
             {"version", kCellVersion},
             {"env", EnvNameString(c.env)},
             {"control", ControlModeString(c.control)},
-            {"model", ModelKindName(c.model)},
+            {"model", c.model},
             {"seed", c.seed},
             {"epochs", c.epochs},
             {"steps", c.steps},
@@ -135,10 +135,9 @@ bool ReadCachedCell(const fs::path& file, const TrainConfig& cfg, const fs::path
   }
   try {
     if (j.at("env") != EnvNameString(cell->env) ||
-        j.at("control") != ControlModeString(cell->control) ||
-        j.at("model") != ModelKindName(cell->model) || j.at("seed") != cell->seed ||
-        j.at("epochs") != cfg.epochs || j.at("rtol") != cfg.rtol || j.at("atol") != cfg.atol ||
-        j.at("data") != data_file.string()) {
+        j.at("control") != ControlModeString(cell->control) || j.at("model") != cell->model ||
+        j.at("seed") != cell->seed || j.at("epochs") != cfg.epochs || j.at("rtol") != cfg.rtol ||
+        j.at("atol") != cfg.atol || j.at("data") != data_file.string()) {
       return false;
     }
     cell->epochs = j.at("epochs");
@@ -192,7 +191,7 @@ std::string Fixed(double v, int digits) {
 void WriteResultsChart(const fs::path& png, const std::vector<BenchmarkRow>& rows,
                        const std::string& title) {
   std::vector<std::pair<EnvName, ControlMode>> settings;
-  std::vector<ModelKind> models;
+  std::vector<std::string> models;
   for (const BenchmarkRow& r : rows) {
     auto key = std::make_pair(r.env, r.control);
     if (std::find(settings.begin(), settings.end(), key) == settings.end()) {
@@ -209,9 +208,9 @@ void WriteResultsChart(const fs::path& png, const std::vector<BenchmarkRow>& row
   }
   std::vector<PlotSeries> series;
   double top = 1;
-  for (ModelKind m : models) {
+  for (const std::string& m : models) {
     PlotSeries s;
-    s.label = ModelKindName(m);
+    s.label = m;
     for (size_t c = 0; c < settings.size(); ++c) {
       double mean = 0, std = 0;
       for (const BenchmarkRow& r : rows) {
@@ -245,7 +244,7 @@ fs::path ResolvePresetFolder(const std::string& preset) {
                    "paper, cpu-quick; run from the repository root)");
 }
 
-ValidationScore ValidationVpt(KeycldModel& model, const Dataset& data, double rtol, double atol,
+ValidationScore ValidationVpt(Model& model, const Dataset& data, double rtol, double atol,
                               int batch) {
   const DatasetInfo& info = data.info();
   const std::vector<int64_t> runs = data.ValidationRuns();
@@ -327,10 +326,10 @@ std::string ResultsCsv(const std::vector<BenchmarkRow>& rows) {
   s << "env,control,model,seeds,runs,vpt_mean,vpt_std,vpt_median,train_seconds,failed_seeds,"
        "fallback_runs\n";
   for (const BenchmarkRow& r : rows) {
-    s << EnvNameString(r.env) << "," << ControlModeString(r.control) << ","
-      << ModelKindName(r.model) << "," << r.seeds << "," << r.runs << "," << Fixed(r.vpt_mean, 4)
-      << "," << Fixed(r.vpt_std, 4) << "," << Fixed(r.vpt_median, 1) << ","
-      << Fixed(r.train_seconds, 1) << "," << r.failed_seeds << "," << r.fallback_runs << "\n";
+    s << EnvNameString(r.env) << "," << ControlModeString(r.control) << "," << r.model << ","
+      << r.seeds << "," << r.runs << "," << Fixed(r.vpt_mean, 4) << "," << Fixed(r.vpt_std, 4)
+      << "," << Fixed(r.vpt_median, 1) << "," << Fixed(r.train_seconds, 1) << "," << r.failed_seeds
+      << "," << r.fallback_runs << "\n";
   }
   return s.str();
 }
@@ -344,7 +343,7 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
        "set's ε; mean ± standard deviation over the validation runs of all seeds. The best mean "
        "of each setting is in bold.\n\n";
   // The wide table: one row per setting, one column per model.
-  std::vector<ModelKind> models;
+  std::vector<std::string> models;
   std::vector<std::pair<EnvName, ControlMode>> settings;
   for (const BenchmarkRow& r : result.rows) {
     if (std::find(models.begin(), models.end(), r.model) == models.end()) {
@@ -356,7 +355,7 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
     }
   }
   s << "| setting |";
-  for (ModelKind m : models) s << " " << ModelKindName(m) << " |";
+  for (const std::string& m : models) s << " " << m << " |";
   s << "\n| --- |";
   for (size_t i = 0; i < models.size(); ++i) s << " --- |";
   s << "\n";
@@ -366,7 +365,7 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
       if (r.env == env && r.control == control && r.runs > 0) best = std::max(best, r.vpt_mean);
     }
     s << "| " << EnvNameString(env) << " " << ControlModeString(control) << " |";
-    for (ModelKind m : models) {
+    for (const std::string& m : models) {
       std::string cell = "–";
       for (const BenchmarkRow& r : result.rows) {
         if (r.env != env || r.control != control || r.model != m) continue;
@@ -385,8 +384,8 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
        "| env | control | model | seeds | runs | VPT mean | std | median | training s per "
        "seed |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const BenchmarkRow& r : result.rows) {
-    s << "| " << EnvNameString(r.env) << " | " << ControlModeString(r.control) << " | "
-      << ModelKindName(r.model) << " | " << r.seeds;
+    s << "| " << EnvNameString(r.env) << " | " << ControlModeString(r.control) << " | " << r.model
+      << " | " << r.seeds;
     if (r.failed_seeds > 0) s << " (+" << r.failed_seeds << " failed)";
     s << " | " << r.runs << " | " << Fixed(r.vpt_mean, 2) << " | " << Fixed(r.vpt_std, 2) << " | "
       << Fixed(r.vpt_median, 1) << " | " << Fixed(r.train_seconds, 0) << " |\n";
@@ -458,6 +457,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
       c.max_steps = 0;
       if (options.threads > 0) c.threads = options.threads;
       if (!options.device.empty()) c.device = options.device;
+      if (!options.integrator.empty()) c.integrator = options.integrator;
       c.Validate();
       settings.push_back({env, control, c});
     }
@@ -480,7 +480,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
                        SettingName(data.info().env, data.info().control) + " data set, not " +
                        SettingName(setting.env, setting.control));
     }
-    for (ModelKind model : options.models) {
+    for (const std::string& model : options.models) {
       for (int seed = 0; seed < options.seeds; ++seed) {
         ++index;
         BenchmarkCell cell;
@@ -557,7 +557,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
           } catch (const c10::Error&) {
             throw InputError("unknown device '" + cfg.device + "' (expected cpu, cuda or cuda:N)");
           }
-          KeycldModel m(ReadCheckpointSpec(checkpoint));
+          Model m = CreateModel(ReadCheckpointSpec(checkpoint));
           m->to(device);
           TrainPosition pos;
           LoadCheckpoint(checkpoint, m, nullptr, &pos);

@@ -125,8 +125,7 @@ ScaleFit FitScale(const std::vector<double>& x, const std::vector<double>& y) {
   return f;
 }
 
-DynamicsDiagnostics DiagnoseDynamics(KeycldModel& model, Environment& env,
-                                     const torch::Tensor& grid_x,
+DynamicsDiagnostics DiagnoseDynamics(Model& model, Environment& env, const torch::Tensor& grid_x,
                                      const std::vector<double>& grid_qpos, bool actuated) {
   const ModelSpec& spec = model->spec();
   if (grid_x.dim() != 2 || grid_x.size(1) != 2 * spec.num_keypoints) {
@@ -248,8 +247,8 @@ DynamicsDiagnostics DiagnoseDynamics(const KeypointAcceleration& acceleration, i
   return d;
 }
 
-RolloutDiagnostics DiagnoseRollouts(KeycldModel& model, const torch::Tensor& images,
-                                    const VptResult& vpt, double epsilon) {
+RolloutDiagnostics DiagnoseRollouts(Model& model, const torch::Tensor& images, const VptResult& vpt,
+                                    double epsilon) {
   const ModelSpec& spec = model->spec();
   if (images.dim() != 5 || !vpt.predicted.defined() || vpt.predicted.size(0) != images.size(0) ||
       vpt.predicted.size(1) != images.size(1)) {

@@ -147,7 +147,7 @@ VptResult ScoreValidationRuns(TrainedRun& run, const torch::Tensor& images,
 // Estimates of the state-grid images, their constraint residuals and the potential fit.
 GridData AnalyseGrid(TrainedRun& run, EvaluationReport* report) {
   torch::NoGradGuard no_grad;
-  KeycldModel& model = run.model;
+  Model& model = run.model;
   const ModelSpec& spec = model->spec();
   const DatasetInfo& info = run.data->info();
   GridData g;
@@ -192,7 +192,7 @@ EnergyTrace EnergyRollout(TrainedRun& run, const torch::Tensor& images, const Gr
     return e;
   }
   torch::NoGradGuard no_grad;
-  KeycldModel& model = run.model;
+  Model& model = run.model;
   const ModelSpec& spec = model->spec();
   torch::Tensor first = ImagesToFloat(images[0].slice(0, 0, 3), model->device());
   torch::Tensor x = model->Encode(first).keypoints.reshape({1, 3, -1});
@@ -559,7 +559,7 @@ void FillRunFacts(const TrainedRun& run, const EvaluateOptions& options, Evaluat
   const ModelSpec& spec = run.model->spec();
   report->env = EnvNameString(spec.env);
   report->control = ControlModeString(run.data->info().control);
-  report->model = ModelKindName(spec.model);
+  report->model = spec.model;
   report->has_energy = run.model->HasEnergy();
   report->solver = IntegratorMethodString(options.method);
   report->run_dir = run.run_dir;
@@ -586,7 +586,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   report.mse_mean = ToVector(report.vpt.mse.mean(0));
   report.mse_median = ToVector(std::get<0>(report.vpt.mse.median(0)));
   report.rollouts = DiagnoseRollouts(run.model, images, report.vpt, report.epsilon);
-  if (report.has_energy) report.masses = ToVector(run.model->mass->m());
+  if (report.has_energy) report.masses = ToVector(run.model->MassScalars());
 
   const GridData grid = AnalyseGrid(run, &report);
   const EnergyTrace energy = EnergyRollout(run, images, grid, options, &report);

@@ -207,7 +207,7 @@ PredictionOutput WritePrediction(const PredictOptions& o) {
   torch::set_num_threads(o.threads > 0 ? o.threads
                                        : int(std::max(1u, std::thread::hardware_concurrency())));
   const torch::Device device = ResolveDevice(o.device);
-  KeycldModel model = LoadModel(checkpoint, device);
+  Model model = LoadModel(checkpoint, device);
   model->eval();
   const ModelSpec& spec = model->spec();
   Dataset data = Dataset::Open(data_file);

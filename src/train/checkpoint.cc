@@ -26,7 +26,7 @@ void WriteSpec(torch::serialize::OutputArchive& a, const ModelSpec& s) {
   a.write("format", StringTensor(kCheckpointFormat));
   a.write("version", torch::tensor(kCheckpointVersion));
   a.write("env", StringTensor(EnvNameString(s.env)));
-  a.write("model_kind", StringTensor(ModelKindName(s.model)));
+  a.write("model_kind", StringTensor(s.model));
   a.write("shape", ToTensor({s.num_keypoints, s.action_dim, s.hidden, s.image_size}));
   a.write("sigma_dt", torch::tensor({s.sigma, s.dt}, torch::kFloat64));
 }
@@ -51,8 +51,8 @@ ModelSpec ReadSpec(torch::serialize::InputArchive& a, const std::string& file) {
   ModelSpec s;
   try {
     s.env = ParseEnvName(TensorString(Read(a, "env", file)));
-    s.model = version == 1 ? ModelKindFromLegacyDynamics(TensorString(Read(a, "dynamics", file)))
-                           : ParseModelKind(TensorString(Read(a, "model_kind", file)));
+    s.model = version == 1 ? ModelFromLegacyDynamics(TensorString(Read(a, "dynamics", file)))
+                           : FindModelVariant(TensorString(Read(a, "model_kind", file))).name;
   } catch (const InputError& e) {
     throw FormatError("'" + file + "': " + e.what());
   }
@@ -89,7 +89,7 @@ torch::serialize::InputArchive OpenArchive(const std::filesystem::path& file,
 
 }  // namespace
 
-void SaveCheckpoint(const std::filesystem::path& file, KeycldModel& model,
+void SaveCheckpoint(const std::filesystem::path& file, Model& model,
                     torch::optim::Optimizer* optimizer, const TrainPosition& position) {
   torch::serialize::OutputArchive root;
   WriteSpec(root, model->spec());
@@ -127,12 +127,12 @@ std::string ReadCheckpointConfig(const std::filesystem::path& file) {
   return a.try_read("config", t) ? TensorString(t) : std::string();
 }
 
-KeycldModel LoadModel(const std::filesystem::path& file_or_run, const torch::Device& device) {
+Model LoadModel(const std::filesystem::path& file_or_run, const torch::Device& device) {
   const std::filesystem::path file = std::filesystem::is_directory(file_or_run)
                                          ? file_or_run / "checkpoints" / "last.pt"
                                          : file_or_run;
   auto a = OpenArchive(file, device);
-  KeycldModel model(ReadSpec(a, file.string()));
+  Model model = CreateModel(ReadSpec(a, file.string()));
   model->to(device);
   torch::serialize::InputArchive m;
   if (!a.try_read("model", m)) throw FormatError("'" + file.string() + "' holds no model");
@@ -144,7 +144,7 @@ KeycldModel LoadModel(const std::filesystem::path& file_or_run, const torch::Dev
   return model;
 }
 
-void LoadCheckpoint(const std::filesystem::path& file, KeycldModel& model,
+void LoadCheckpoint(const std::filesystem::path& file, Model& model,
                     torch::optim::Optimizer* optimizer, TrainPosition* position) {
   const torch::Device device = model->device();
   auto a = OpenArchive(file, device);

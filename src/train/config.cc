@@ -9,6 +9,8 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <variant>
+#include <vector>
 
 #include "keycld/data/generate.h"
 #include "keycld/util/error.h"
@@ -30,67 +32,119 @@ TrainConfig TrainConfig::FromToml(const std::filesystem::path& file) {
 
 namespace {
 
-const std::set<std::string> kKeys[] = {{"file", "env", "control", "size", "runs", "frames", "seed"},
-                                       {"hidden", "sigma", "model", "dynamics"},
-                                       {"epochs",
-                                        "max_steps",
-                                        "lr",
-                                        "dynamics_lr_scale",
-                                        "grad_clip",
-                                        "lr_schedule",
-                                        "lr_final_scale",
-                                        "lr_decay_start",
-                                        "horizon",
-                                        "integrator",
-                                        "integrator_substeps",
-                                        "warmup_integrator",
-                                        "integrator_warmup_epochs",
-                                        "max_acceleration",
-                                        "w_rec",
-                                        "w_dyn",
-                                        "w_dyn_warmup_epochs",
-                                        "w_bce",
-                                        "augment",
-                                        "seed",
-                                        "threads",
-                                        "device",
-                                        "precision"},
-                                       {"val_runs", "rtol", "atol"}};
-const char* kSections[] = {"data", "model", "train", "eval"};
+// Every key of the TOML file, bound to its field: the one table that reading, writing and the
+// unknown-key check share. [model] dynamics (the legacy key) is special-cased.
+using FieldTarget =
+    std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::filesystem::path*>;
+struct Field {
+  const char* section;
+  const char* key;
+  FieldTarget target;
+};
+
+std::vector<Field> Fields(TrainConfig& c) {
+  return {
+      {"data", "file", &c.data},
+      {"data", "env", &c.env},
+      {"data", "control", &c.control},
+      {"data", "size", &c.size},
+      {"data", "runs", &c.runs},
+      {"data", "frames", &c.frames},
+      {"data", "seed", &c.data_seed},
+      {"model", "hidden", &c.hidden},
+      {"model", "sigma", &c.sigma},
+      {"model", "model", &c.model},
+      {"train", "epochs", &c.epochs},
+      {"train", "max_steps", &c.max_steps},
+      {"train", "lr", &c.lr},
+      {"train", "dynamics_lr_scale", &c.dynamics_lr_scale},
+      {"train", "grad_clip", &c.grad_clip},
+      {"train", "lr_schedule", &c.lr_schedule},
+      {"train", "lr_final_scale", &c.lr_final_scale},
+      {"train", "lr_decay_start", &c.lr_decay_start},
+      {"train", "horizon", &c.horizon},
+      {"train", "integrator", &c.integrator},
+      {"train", "integrator_substeps", &c.integrator_substeps},
+      {"train", "warmup_integrator", &c.warmup_integrator},
+      {"train", "integrator_warmup_epochs", &c.integrator_warmup_epochs},
+      {"train", "max_acceleration", &c.max_acceleration},
+      {"train", "w_rec", &c.w_rec},
+      {"train", "w_dyn", &c.w_dyn},
+      {"train", "w_dyn_warmup_epochs", &c.w_dyn_warmup_epochs},
+      {"train", "w_bce", &c.w_bce},
+      {"train", "augment", &c.augment},
+      {"train", "augment_warmup_epochs", &c.augment_warmup_epochs},
+      {"train", "seed", &c.seed},
+      {"train", "threads", &c.threads},
+      {"train", "device", &c.device},
+      {"train", "precision", &c.precision},
+      {"eval", "val_runs", &c.val_runs},
+      {"eval", "rtol", &c.rtol},
+      {"eval", "atol", &c.atol},
+  };
+}
+// Read but no longer written: [model] dynamics = "constrained" | "unconstrained".
+constexpr const char* kLegacyModelKey = "dynamics";
+constexpr const char* kSections[] = {"data", "model", "train", "eval"};
+
+std::string Where(const std::string& origin, const Field& f) {
+  return origin + ": [" + f.section + "] " + f.key;
+}
 
 template <typename T>
-void Get(const toml::table& t, const char* section, const char* key, T* out,
-         const std::string& origin) {
-  const toml::node* n = t[section][key].node();
-  if (!n) return;
-  if constexpr (std::is_same_v<T, double>) {
-    if (auto v = n->value<double>()) {
-      *out = *v;
-      return;
-    }
-  } else if constexpr (std::is_same_v<T, bool>) {
-    if (auto v = n->as_boolean()) {
-      *out = v->get();
-      return;
-    }
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    if (auto v = n->as_string()) {
-      *out = v->get();
-      return;
-    }
-  } else {
-    if (auto v = n->as_integer()) {
-      const int64_t x = v->get();
-      if (x < int64_t(std::numeric_limits<T>::min()) ||
-          (std::is_signed_v<T> && x > int64_t(std::numeric_limits<T>::max()))) {
-        throw InputError(origin + ": [" + section + "] " + key + " = " + std::to_string(x) +
-                         " is out of range");
-      }
-      *out = T(x);
-      return;
-    }
+void ReadInteger(const toml::node& n, const Field& f, const std::string& origin, T* out) {
+  auto v = n.as_integer();
+  if (!v) throw InputError(Where(origin, f) + " has the wrong type (expected an integer)");
+  const int64_t x = v->get();
+  if (x < int64_t(std::numeric_limits<T>::min()) ||
+      (std::is_signed_v<T> && x > int64_t(std::numeric_limits<T>::max()))) {
+    throw InputError(Where(origin, f) + " = " + std::to_string(x) + " is out of range");
   }
-  throw InputError(origin + ": [" + section + "] " + key + " has the wrong type");
+  *out = T(x);
+}
+
+void Read(const toml::node& n, const Field& f, const std::string& origin) {
+  std::visit(
+      [&](auto* target) {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, double>) {
+          auto v = n.value<double>();  // integers are accepted for floating-point keys
+          if (!v) throw InputError(Where(origin, f) + " has the wrong type (expected a number)");
+          *target = *v;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          auto v = n.as_boolean();
+          if (!v) throw InputError(Where(origin, f) + " has the wrong type (expected true/false)");
+          *target = v->get();
+        } else if constexpr (std::is_same_v<T, std::string> ||
+                             std::is_same_v<T, std::filesystem::path>) {
+          auto v = n.as_string();
+          if (!v) throw InputError(Where(origin, f) + " has the wrong type (expected a string)");
+          *target = T(v->get());
+        } else if constexpr (std::is_same_v<T, uint64_t>) {
+          int64_t x = 0;
+          ReadInteger(n, f, origin, &x);
+          if (x < 0) throw InputError(Where(origin, f) + " must be ≥ 0");
+          *target = uint64_t(x);
+        } else {
+          ReadInteger(n, f, origin, target);
+        }
+      },
+      f.target);
+}
+
+void Write(toml::table& section, const Field& f) {
+  std::visit(
+      [&](auto* target) {
+        using T = std::remove_pointer_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, std::filesystem::path>) {
+          section.insert(f.key, target->string());
+        } else if constexpr (std::is_same_v<T, uint64_t>) {
+          section.insert(f.key, int64_t(*target));
+        } else {
+          section.insert(f.key, *target);
+        }
+      },
+      f.target);
 }
 
 }  // namespace
@@ -104,81 +158,47 @@ void TrainConfig::MergeToml(const std::string& text, const std::string& origin) 
     s << origin << ":" << e.source().begin.line << ": " << e.description();
     throw InputError(s.str());
   }
+  const std::vector<Field> fields = Fields(*this);
   for (auto&& [k, v] : t) {
-    std::string section(k.str());
-    int idx = -1;
-    for (int i = 0; i < 4; ++i)
-      if (section == kSections[i]) idx = i;
-    if (idx < 0 || !v.is_table()) {
+    const std::string section(k.str());
+    if (std::find(std::begin(kSections), std::end(kSections), section) == std::end(kSections) ||
+        !v.is_table()) {
       throw InputError(origin + ": unknown section '" + section +
                        "' (expected data, model, train, eval)");
     }
     for (auto&& [key, _] : *v.as_table()) {
-      if (!kKeys[idx].count(std::string(key.str()))) {
+      const bool known =
+          std::any_of(fields.begin(), fields.end(),
+                      [&](const Field& f) { return f.section == section && f.key == key.str(); }) ||
+          (section == "model" && key.str() == kLegacyModelKey);
+      if (!known) {
         throw InputError(origin + ": unknown key '" + std::string(key.str()) + "' in [" + section +
                          "]");
       }
     }
   }
-  std::string file_str, model_name, dyn;
-  Get(t, "data", "file", &file_str, origin);
-  if (!file_str.empty()) data = file_str;
-  Get(t, "data", "env", &env, origin);
-  Get(t, "data", "control", &control, origin);
-  Get(t, "data", "size", &size, origin);
-  Get(t, "data", "runs", &runs, origin);
-  Get(t, "data", "frames", &frames, origin);
-  int64_t ds = int64_t(data_seed);
-  Get(t, "data", "seed", &ds, origin);
-  if (ds < 0) throw InputError(origin + ": [data] seed must be ≥ 0");
-  data_seed = uint64_t(ds);
-  Get(t, "model", "hidden", &hidden, origin);
-  Get(t, "model", "sigma", &sigma, origin);
-  Get(t, "model", "model", &model_name, origin);
-  Get(t, "model", "dynamics", &dyn, origin);
+  const std::string model_before = model;
+  for (const Field& f : fields) {
+    if (const toml::node* n = t[f.section][f.key].node()) Read(*n, f, origin);
+  }
+  const bool model_given = t["model"]["model"].node() != nullptr;
   try {
-    if (!model_name.empty()) model = ParseModelKind(model_name);
-    if (!dyn.empty()) {
+    if (model_given) model = FindModelVariant(model).name;
+    if (const toml::node* n = t["model"][kLegacyModelKey].node()) {
+      std::string dyn;
+      Read(*n, {"model", kLegacyModelKey, &dyn}, origin);
       // The key of configurations written before model variants existed.
-      const ModelKind legacy = ModelKindFromLegacyDynamics(dyn);
-      if (!model_name.empty() && legacy != model) {
-        throw InputError("[model] dynamics = \"" + dyn + "\" contradicts model = \"" + model_name +
+      const std::string legacy = ModelFromLegacyDynamics(dyn);
+      if (model_given && legacy != model) {
+        throw InputError("[model] dynamics = \"" + dyn + "\" contradicts model = \"" + model +
                          "\" (drop the old dynamics key)");
       }
       model = legacy;
     }
   } catch (const InputError& e) {
+    model = model_before;
     throw InputError(origin + ": " + e.what());
   }
-  Get(t, "train", "epochs", &epochs, origin);
-  Get(t, "train", "max_steps", &max_steps, origin);
-  Get(t, "train", "lr", &lr, origin);
-  Get(t, "train", "dynamics_lr_scale", &dynamics_lr_scale, origin);
-  Get(t, "train", "grad_clip", &grad_clip, origin);
-  Get(t, "train", "lr_schedule", &lr_schedule, origin);
-  Get(t, "train", "lr_final_scale", &lr_final_scale, origin);
-  Get(t, "train", "lr_decay_start", &lr_decay_start, origin);
-  Get(t, "train", "horizon", &horizon, origin);
-  Get(t, "train", "integrator", &integrator, origin);
-  Get(t, "train", "integrator_substeps", &integrator_substeps, origin);
-  Get(t, "train", "warmup_integrator", &warmup_integrator, origin);
-  Get(t, "train", "integrator_warmup_epochs", &integrator_warmup_epochs, origin);
-  Get(t, "train", "max_acceleration", &max_acceleration, origin);
-  Get(t, "train", "w_rec", &w_rec, origin);
-  Get(t, "train", "w_dyn", &w_dyn, origin);
-  Get(t, "train", "w_dyn_warmup_epochs", &w_dyn_warmup_epochs, origin);
-  Get(t, "train", "w_bce", &w_bce, origin);
-  Get(t, "train", "augment", &augment, origin);
-  int64_t s = int64_t(seed);
-  Get(t, "train", "seed", &s, origin);
-  if (s < 0) throw InputError(origin + ": [train] seed must be ≥ 0");
-  seed = uint64_t(s);
-  Get(t, "train", "threads", &threads, origin);
-  Get(t, "train", "device", &device, origin);
-  Get(t, "train", "precision", &precision, origin);
-  Get(t, "eval", "val_runs", &val_runs, origin);
-  Get(t, "eval", "rtol", &rtol, origin);
-  Get(t, "eval", "atol", &atol, origin);
 }
 
 void TrainConfig::Validate() const {
@@ -221,8 +241,11 @@ void TrainConfig::Validate() const {
     fail("integrator_substeps must be in [1, 64], got " + std::to_string(integrator_substeps));
   }
   if (!(integrator_warmup_epochs >= 0) || !std::isfinite(integrator_warmup_epochs) ||
-      !(w_dyn_warmup_epochs >= 0) || !std::isfinite(w_dyn_warmup_epochs)) {
-    fail("integrator_warmup_epochs and w_dyn_warmup_epochs must be finite and ≥ 0");
+      !(w_dyn_warmup_epochs >= 0) || !std::isfinite(w_dyn_warmup_epochs) ||
+      !(augment_warmup_epochs >= 0) || !std::isfinite(augment_warmup_epochs)) {
+    fail(
+        "integrator_warmup_epochs, w_dyn_warmup_epochs and augment_warmup_epochs must be finite "
+        "and ≥ 0");
   }
   if (threads < 0 || threads > 256) fail("threads must be in [0, 256] (0 = all cores)");
   if (val_runs < 0) fail("val_runs must be ≥ 0 (0 = all)");
@@ -253,6 +276,10 @@ IntegratorMethod TrainConfig::IntegratorAt(int64_t step, int64_t train_runs) con
 
 int TrainConfig::SubstepsAt(int64_t step, int64_t train_runs) const {
   return InWarmup(step, train_runs, integrator_warmup_epochs) ? 1 : integrator_substeps;
+}
+
+bool TrainConfig::AugmentAt(int64_t step, int64_t train_runs) const {
+  return augment && !InWarmup(step, train_runs, augment_warmup_epochs);
 }
 
 double TrainConfig::WDynAt(int64_t step, int64_t train_runs) const {
@@ -286,40 +313,10 @@ std::filesystem::path TrainConfig::DataFile() const {
 }
 
 std::string TrainConfig::ToToml() const {
-  toml::table t{
-      {"data", toml::table{{"file", data.string()},
-                           {"env", env},
-                           {"control", control},
-                           {"size", size},
-                           {"runs", runs},
-                           {"frames", frames},
-                           {"seed", int64_t(data_seed)}}},
-      {"model", toml::table{{"hidden", hidden}, {"sigma", sigma}, {"model", ModelKindName(model)}}},
-      {"train", toml::table{{"epochs", epochs},
-                            {"max_steps", max_steps},
-                            {"lr", lr},
-                            {"dynamics_lr_scale", dynamics_lr_scale},
-                            {"grad_clip", grad_clip},
-                            {"lr_schedule", lr_schedule},
-                            {"lr_final_scale", lr_final_scale},
-                            {"lr_decay_start", lr_decay_start},
-                            {"horizon", horizon},
-                            {"integrator", integrator},
-                            {"integrator_substeps", integrator_substeps},
-                            {"warmup_integrator", warmup_integrator},
-                            {"integrator_warmup_epochs", integrator_warmup_epochs},
-                            {"max_acceleration", max_acceleration},
-                            {"w_rec", w_rec},
-                            {"w_dyn", w_dyn},
-                            {"w_dyn_warmup_epochs", w_dyn_warmup_epochs},
-                            {"w_bce", w_bce},
-                            {"augment", augment},
-                            {"seed", int64_t(seed)},
-                            {"threads", threads},
-                            {"device", device},
-                            {"precision", precision}}},
-      {"eval", toml::table{{"val_runs", val_runs}, {"rtol", rtol}, {"atol", atol}}},
-  };
+  toml::table t;
+  for (const char* name : kSections) t.insert(name, toml::table{});
+  TrainConfig copy = *this;
+  for (const Field& f : Fields(copy)) Write(*t[f.section].as_table(), f);
   std::ostringstream s;
   s << "# keycld training configuration (resolved)\n" << t << "\n";
   return s.str();

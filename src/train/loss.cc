@@ -5,7 +5,7 @@
 
 namespace keycld {
 
-LossTerms SequenceLoss(KeycldModel& model, const torch::Tensor& images, const torch::Tensor& u,
+LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::Tensor& u,
                        const torch::Tensor& transform_ids, const LossOptions& options) {
   const ModelSpec& spec = model->spec();
   const int64_t P = options.horizon;

@@ -190,7 +190,7 @@ TrainSummary Train(const TrainOptions& options) {
   spec.sigma = cfg.sigma;
   spec.dt = info.dt;
   spec.model = cfg.model;
-  KeycldModel model(spec);
+  Model model = CreateModel(spec);
   model->to(device);
   model->SetPrecision(ParsePrecision(cfg.precision));
   if (!options.quiet) {
@@ -294,7 +294,7 @@ TrainSummary Train(const TrainOptions& options) {
       const int64_t r = pos.order[size_t(pos.step_in_epoch)];
       torch::Tensor images = ImagesToFloat(train_images[r], device);
       torch::Tensor ids;
-      if (cfg.augment) {
+      if (cfg.AugmentAt(pos.step, R)) {
         std::vector<int64_t> draws(size_t(info.frames));
         for (auto& d : draws) d = int64_t(rng() % 8);
         ids = torch::tensor(draws, torch::kInt64);

@@ -35,15 +35,15 @@ void CheckActions(const ModelSpec& spec, const torch::Tensor& actions, int64_t R
 }
 }  // namespace
 
-KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& first3,
+KeypointPrediction PredictKeypoints(Model& model, const torch::Tensor& first3,
                                     const torch::Tensor& actions, int64_t frames,
                                     IntegratorMethod method, const IntegratorOptions& options) {
   const ModelSpec& spec = model->spec();
   CheckImages(spec, first3, 3, "PredictKeypoints");
   const int64_t R = first3.size(0), K = spec.num_keypoints;
   CheckActions(spec, actions, R, "PredictKeypoints");
-  if (frames < 2) throw InputError("PredictKeypoints: at least 2 frames, got " +
-                                   std::to_string(frames));
+  if (frames < 2)
+    throw InputError("PredictKeypoints: at least 2 frames, got " + std::to_string(frames));
   const torch::Device device = model->device();
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
@@ -57,9 +57,8 @@ KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& fir
     const PhaseState start = InitialStateFromEstimates(model, x);
     std::vector<double> times;
     for (int64_t t = 0; t < frames - 1; ++t) times.push_back(double(t) * spec.dt);
-    Trajectory traj =
-        model->Rollout(start.x, start.xdot, actions.to(device, torch::kFloat64), times, method,
-                       options);
+    Trajectory traj = model->Rollout(start.x, start.xdot, actions.to(device, torch::kFloat64),
+                                     times, method, options);
     out.accepted_steps = traj.accepted_steps;
     out.rejected_steps = traj.rejected_steps;
     out.keypoints = torch::cat({x.select(1, 0).unsqueeze(1), traj.x.to(torch::kFloat32)}, 1)
@@ -69,7 +68,7 @@ KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& fir
   return out;
 }
 
-PhaseState InitialStateFromEstimates(KeycldModel& model, const torch::Tensor& x) {
+PhaseState InitialStateFromEstimates(Model& model, const torch::Tensor& x) {
   if (x.dim() != 3 || x.size(1) != 3 || x.size(2) != 2 * model->spec().num_keypoints) {
     throw InputError("InitialStateFromEstimates: x must be [R, 3, 2K]");
   }
@@ -108,7 +107,7 @@ VptResult VptFromMse(const torch::Tensor& mse, double epsilon) {
   return result;
 }
 
-torch::Tensor PredictionMse(KeycldModel& model, const torch::Tensor& keypoints,
+torch::Tensor PredictionMse(Model& model, const torch::Tensor& keypoints,
                             const torch::Tensor& images, int64_t render_chunk) {
   const ModelSpec& spec = model->spec();
   CheckImages(spec, images, 1, "PredictionMse");
@@ -136,7 +135,7 @@ torch::Tensor PredictionMse(KeycldModel& model, const torch::Tensor& keypoints,
   return torch::cat(mse_chunks).reshape({R, N}).to(torch::kCPU, torch::kFloat64);
 }
 
-VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
+VptResult ValidPredictionTime(Model& model, const torch::Tensor& images,
                               const torch::Tensor& actions, const VptOptions& options) {
   const ModelSpec& spec = model->spec();
   CheckImages(spec, images, 3, "ValidPredictionTime");
@@ -146,8 +145,8 @@ VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
   io.rtol = options.rtol;
   io.atol = options.atol;
   io.max_steps = options.max_steps;
-  KeypointPrediction p = PredictKeypoints(model, images.slice(1, 0, 3), actions, N,
-                                          options.method, io);
+  KeypointPrediction p =
+      PredictKeypoints(model, images.slice(1, 0, 3), actions, N, options.method, io);
   VptResult result =
       VptFromMse(PredictionMse(model, p.keypoints, images, options.render_chunk), options.epsilon);
   result.predicted = p.keypoints;

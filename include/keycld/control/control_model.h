@@ -15,8 +15,8 @@
 #include <filesystem>
 #include <span>
 
+#include "keycld/models/registry.h"
 #include "keycld/sim/environment.h"
-#include "keycld/train/keycld_model.h"
 
 namespace keycld {
 
@@ -53,7 +53,7 @@ class ControlModel {
 /// gradients, and returns float64 CPU tensors.
 class LearnedControlModel : public ControlModel {
  public:
-  explicit LearnedControlModel(KeycldModel model);
+  explicit LearnedControlModel(Model model);
 
   int num_keypoints() const override { return model_->spec().num_keypoints; }
   int action_dim() const override { return model_->spec().action_dim; }
@@ -65,11 +65,11 @@ class LearnedControlModel : public ControlModel {
   torch::Tensor MassDiagonal() override;
   torch::Tensor ProjectTangent(const torch::Tensor& x, const torch::Tensor& v) override;
 
-  KeycldModel& model() { return model_; }
+  Model& model() { return model_; }
 
  private:
   torch::Tensor ToModel(const torch::Tensor& x) const;
-  KeycldModel model_;
+  Model model_;
   torch::Device device_;
   torch::ScalarType dtype_;
 };

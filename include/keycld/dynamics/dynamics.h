@@ -2,7 +2,7 @@
 // keypoint coordinates (KeyCLD §5). Implementations:
 //   - LagrangianDynamics (lagrangian.h): the constrained Euler–Lagrange model of KeyCLD, and with
 //     HolonomicConstraints::None the unconstrained ablation KeyCLD-NC (KEYCLD.md §9);
-//   - FunctionDynamics (below): any callable; KeycldModel (train/keycld_model.h) wraps the
+//   - FunctionDynamics (below): any callable; Model (train/keycld_model.h) wraps the
 //     black-box second-order neural ODE of the NODE2 baseline (KEYCLD.md §9) in it, whose MLP
 //     (SecondOrderOde) lives in the model layer.
 #pragma once

@@ -17,17 +17,17 @@
 #include <vector>
 
 #include "keycld/data/dataset.h"
+#include "keycld/models/registry.h"
 #include "keycld/sim/environment.h"
 #include "keycld/sim/gl_context.h"
 #include "keycld/train/config.h"
-#include "keycld/train/keycld_model.h"
 
 namespace keycld {
 
 struct BenchmarkOptions {
   std::vector<EnvName> envs = {EnvName::kPendulum, EnvName::kCartpole, EnvName::kAcrobot};
   std::vector<ControlMode> controls = {ControlMode::kNone, ControlMode::kUnder, ControlMode::kFull};
-  std::vector<ModelKind> models = {ModelKind::kKeycld, ModelKind::kKeycldNc, ModelKind::kNode2};
+  std::vector<std::string> models = {"keycld", "keycld-nc", "node2"};
   /// A folder of presets `<env>-<control>.toml`: a name under configs/ (paper, cpu-quick) or a
   /// path to a folder.
   std::string preset = "cpu-quick";
@@ -36,6 +36,7 @@ struct BenchmarkOptions {
   std::filesystem::path out;        // empty: runs/benchmark-<preset folder name>
   int threads = 0;                  // > 0 overrides [train] threads (LibTorch threads)
   std::string device;               // non-empty overrides [train] device
+  std::string integrator;           // non-empty overrides [train] integrator (euler|rk4|verlet)
   GlBackend gl = GlBackend::kAuto;  // for data sets that must be generated
   int eval_batch = 10;              // validation runs per Dormand–Prince batch
   std::string command;              // the command line, quoted in results.md
@@ -47,7 +48,7 @@ struct BenchmarkOptions {
 struct BenchmarkCell {
   EnvName env = EnvName::kPendulum;
   ControlMode control = ControlMode::kNone;
-  ModelKind model = ModelKind::kKeycld;
+  std::string model = "keycld";
   int seed = 0;
   std::filesystem::path dir;
   bool failed = false;  // training stopped (non-finite loss); `error` says why
@@ -66,7 +67,7 @@ struct BenchmarkCell {
 struct BenchmarkRow {
   EnvName env = EnvName::kPendulum;
   ControlMode control = ControlMode::kNone;
-  ModelKind model = ModelKind::kKeycld;
+  std::string model = "keycld";
   int seeds = 0;  // cells that produced a result
   int failed_seeds = 0;
   int runs = 0;                                      // validation runs pooled over the seeds
@@ -98,7 +99,7 @@ struct ValidationScore {
   double mean = 0, std = 0, median = 0;
   int fallback_runs = 0;
 };
-ValidationScore ValidationVpt(KeycldModel& model, const Dataset& data, double rtol, double atol,
+ValidationScore ValidationVpt(Model& model, const Dataset& data, double rtol, double atol,
                               int batch = 10);
 
 /// Mean, population standard deviation and median of the pooled VPTs of each (env, control,

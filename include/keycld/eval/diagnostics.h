@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "keycld/models/registry.h"
 #include "keycld/sim/environment.h"
-#include "keycld/train/keycld_model.h"
 #include "keycld/train/vpt.h"
 
 namespace keycld {
@@ -98,8 +98,7 @@ DynamicsDiagnostics DiagnoseDynamics(const KeypointAcceleration& acceleration, i
                                      int action_dim, Environment& env, const torch::Tensor& grid_x,
                                      const std::vector<double>& grid_qpos, bool actuated);
 /// The same for a trained model (every variant: it only calls Acceleration).
-DynamicsDiagnostics DiagnoseDynamics(KeycldModel& model, Environment& env,
-                                     const torch::Tensor& grid_x,
+DynamicsDiagnostics DiagnoseDynamics(Model& model, Environment& env, const torch::Tensor& grid_x,
                                      const std::vector<double>& grid_qpos, bool actuated);
 
 struct RolloutDiagnostics {
@@ -119,7 +118,7 @@ struct RolloutDiagnostics {
 
 /// Keypoint-space view of a VPT evaluation: images uint8 [R, N, H, W, 3] of the validation runs
 /// and the VPT result computed on them (its predicted keypoints and per-run VPT).
-RolloutDiagnostics DiagnoseRollouts(KeycldModel& model, const torch::Tensor& images,
-                                    const VptResult& vpt, double epsilon);
+RolloutDiagnostics DiagnoseRollouts(Model& model, const torch::Tensor& images, const VptResult& vpt,
+                                    double epsilon);
 
 }  // namespace keycld

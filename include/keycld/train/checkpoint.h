@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "keycld/train/keycld_model.h"
+#include "keycld/models/registry.h"
 
 namespace keycld {
 
@@ -33,7 +33,7 @@ struct TrainPosition {
 
 /// Writes `file` atomically (temporary + rename). `optimizer` may be null (model only).
 /// Throws IoError.
-void SaveCheckpoint(const std::filesystem::path& file, KeycldModel& model,
+void SaveCheckpoint(const std::filesystem::path& file, Model& model,
                     torch::optim::Optimizer* optimizer, const TrainPosition& position);
 
 /// Reads the model spec of a checkpoint (versions 1 and 2). Throws IoError (missing) or
@@ -46,11 +46,11 @@ std::string ReadCheckpointConfig(const std::filesystem::path& file);
 
 /// Loads a model onto `device` from a checkpoint file, or from a run folder (its
 /// checkpoints/last.pt).
-KeycldModel LoadModel(const std::filesystem::path& file_or_run, const torch::Device& device);
+Model LoadModel(const std::filesystem::path& file_or_run, const torch::Device& device);
 
 /// Restores parameters, optimizer state and position into an existing model/optimizer of the
 /// same spec. Throws FormatError if the checkpoint does not match.
-void LoadCheckpoint(const std::filesystem::path& file, KeycldModel& model,
+void LoadCheckpoint(const std::filesystem::path& file, Model& model,
                     torch::optim::Optimizer* optimizer, TrainPosition* position);
 
 }  // namespace keycld

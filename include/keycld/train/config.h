@@ -6,8 +6,8 @@
 #include <string>
 
 #include "keycld/dynamics/integrators.h"
+#include "keycld/models/registry.h"
 #include "keycld/sim/environment.h"
-#include "keycld/train/model_kind.h"
 
 namespace keycld {
 
@@ -21,10 +21,10 @@ struct TrainConfig {
   int size = 64, runs = 500, frames = 50;
   uint64_t data_seed = 0;
   // [model]
-  int hidden = 32;                       // h
-  double sigma = 0.1;                    // Gaussian map width, normalized units
-  ModelKind model = ModelKind::kKeycld;  // `model = "keycld"`; the old key `dynamics =
-                                         // "constrained" | "unconstrained"` is still read
+  int hidden = 32;               // h
+  double sigma = 0.1;            // Gaussian map width, normalized units
+  std::string model = "keycld";  // `model = "keycld"`; the old key `dynamics =
+                                 // "constrained" | "unconstrained"` is still read
   // [train]
   int epochs = 40;
   int64_t max_steps = 0;                 // stop after this many steps in total (0 = no limit)
@@ -52,6 +52,8 @@ struct TrainConfig {
   /// w_dyn ramps linearly from 0 to w_dyn over the first `w_dyn_warmup_epochs` epochs.
   double w_dyn_warmup_epochs = 0;
   bool augment = true;  // dihedral augmentation of the estimator input
+  /// No augmentation during the first `augment_warmup_epochs` epochs (fractions allowed).
+  double augment_warmup_epochs = 0;
   uint64_t seed = 0;
   int threads = 0;                 // LibTorch intra-op threads (0 = all cores)
   std::string device = "cpu";      // cpu | cuda | cuda:N
@@ -75,6 +77,7 @@ struct TrainConfig {
   IntegratorMethod IntegratorAt(int64_t step, int64_t train_runs) const;
   int SubstepsAt(int64_t step, int64_t train_runs) const;
   double WDynAt(int64_t step, int64_t train_runs) const;
+  bool AugmentAt(int64_t step, int64_t train_runs) const;
   /// Throws InputError for an out-of-range value.
   void Validate() const;
   /// The resolved config as TOML (saved in the run folder as config.toml).

@@ -3,7 +3,7 @@
 
 #include <torch/torch.h>
 
-#include "keycld/train/keycld_model.h"
+#include "keycld/models/registry.h"
 
 namespace keycld {
 
@@ -39,7 +39,7 @@ struct LossOptions {
 /// 3. every frame rendered from its keypoints; 4. heatmap BCE against the detached Gaussian
 ///    maps of the estimates. Throws InputError if N < P + 2, shapes disagree with the model, the
 ///    integrator is dopri5 or substeps < 1.
-LossTerms SequenceLoss(KeycldModel& model, const torch::Tensor& images, const torch::Tensor& u,
+LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::Tensor& u,
                        const torch::Tensor& transform_ids, const LossOptions& options);
 
 }  // namespace keycld

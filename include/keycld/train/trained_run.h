@@ -7,9 +7,9 @@
 #include <string>
 
 #include "keycld/data/dataset.h"
+#include "keycld/models/registry.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/config.h"
-#include "keycld/train/keycld_model.h"
 
 namespace keycld {
 
@@ -26,7 +26,7 @@ struct TrainedRunOptions {
 struct TrainedRun {
   std::filesystem::path run_dir, checkpoint, data_file;
   TrainConfig config;           // config.toml of the run
-  KeycldModel model{nullptr};   // in eval mode, on the chosen device
+  Model model{nullptr};         // in eval mode, on the chosen device
   TrainPosition position;       // where training stood when the checkpoint was written
   std::optional<Dataset> data;  // open unless open_data is false
 };

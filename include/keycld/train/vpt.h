@@ -5,23 +5,23 @@
 
 #include <vector>
 
-#include "keycld/train/keycld_model.h"
+#include "keycld/models/registry.h"
 
 namespace keycld {
 
 struct VptOptions {
-  double epsilon = 0;              // threshold: per-pixel MSE (data set attribute vpt_epsilon)
+  double epsilon = 0;                   // threshold: per-pixel MSE (data set attribute vpt_epsilon)
   double rtol = 1.4e-8, atol = 1.4e-8;  // Dormand–Prince tolerances
   IntegratorMethod method = IntegratorMethod::kDopri5;  // RK4 / Euler: one step per frame
-  int64_t max_steps = 200000;      // Dormand–Prince step budget per call
-  int64_t render_chunk = 128;      // frames rendered at once (memory bound)
+  int64_t max_steps = 200000;                           // Dormand–Prince step budget per call
+  int64_t render_chunk = 128;                           // frames rendered at once (memory bound)
 };
 
 struct VptResult {
-  std::vector<int> vpt;      // per run: index of the first frame whose MSE exceeds ε (N−1 if none)
+  std::vector<int> vpt;  // per run: index of the first frame whose MSE exceeds ε (N−1 if none)
   double mean = 0, std = 0, median = 0;
-  torch::Tensor mse;         // [R, N] per-frame MSE of the predicted video
-  torch::Tensor predicted;   // [R, N, K, 2] predicted keypoints (frame 0: estimate)
+  torch::Tensor mse;        // [R, N] per-frame MSE of the predicted video
+  torch::Tensor predicted;  // [R, N, K, 2] predicted keypoints (frame 0: estimate)
   int64_t accepted_steps = 0, rejected_steps = 0;
 };
 
@@ -37,7 +37,7 @@ struct KeypointPrediction {
   torch::Tensor keypoints;  // [R, F, K, 2]
   int64_t accepted_steps = 0, rejected_steps = 0;
 };
-KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& first3,
+KeypointPrediction PredictKeypoints(Model& model, const torch::Tensor& first3,
                                     const torch::Tensor& actions, int64_t frames,
                                     IntegratorMethod method, const IntegratorOptions& options);
 
@@ -45,12 +45,12 @@ KeypointPrediction PredictKeypoints(KeycldModel& model, const torch::Tensor& fir
 /// (KEYCLD.md §8): x₁ and the central velocity (x₂ − x₀) / (2Δt), projected onto the constraint
 /// tangent space. x [R, 3, 2K] → float64 x₁, ẋ₁ [R, 2K]. Call while a DoublePrecisionDynamics
 /// guard is alive (the projection then runs in float64).
-PhaseState InitialStateFromEstimates(KeycldModel& model, const torch::Tensor& x);
+PhaseState InitialStateFromEstimates(Model& model, const torch::Tensor& x);
 
 /// Per-frame MSE [R, N] (float64, CPU) between the frames rendered from predicted keypoints
 /// [R, N, K, 2] and the true images uint8 [R, N, H, W, 3] (per pixel and channel, images in
 /// [0, 1]), rendering `render_chunk` frames at a time. Throws InputError for mismatched shapes.
-torch::Tensor PredictionMse(KeycldModel& model, const torch::Tensor& keypoints,
+torch::Tensor PredictionMse(Model& model, const torch::Tensor& keypoints,
                             const torch::Tensor& images, int64_t render_chunk = 128);
 
 /// VPT of each run from its per-frame MSE [R, N] (float64 on the CPU): the index of the first
@@ -63,7 +63,7 @@ VptResult VptFromMse(const torch::Tensor& mse, double epsilon);
 /// float64 to every later frame time with the run's constant action; render; frame 0 is the
 /// reconstruction of its estimate. images uint8 [R, N, H, W, 3], actions float [R, A].
 /// Throws InputError for bad shapes (N < 3) and NumericalError if the rollout diverges.
-VptResult ValidPredictionTime(KeycldModel& model, const torch::Tensor& images,
+VptResult ValidPredictionTime(Model& model, const torch::Tensor& images,
                               const torch::Tensor& actions, const VptOptions& options);
 
 /// uint8 [..., H, W, 3] → float [..., 3, H, W] in [0, 1] on `device`.

@@ -1,0 +1,38 @@
+// The registry of model variants: the one place that lists them by name. Configurations,
+// checkpoints, the CLI's choices and the benchmark read the names from here; creating a model
+// from a ModelSpec goes through CreateModel. A new variant adds one entry in registry.cc
+// (docs/architecture.md, "Adding a model").
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "keycld/models/model.h"
+
+namespace keycld {
+
+struct ModelVariant {
+  std::string name;         // the name in configs, checkpoints and `--model`
+  std::string description;  // what its dynamics are, for one-line descriptions
+  bool has_energy = false;  // provides ModelImpl::energy() (M, V, ∇V, B) for control
+  std::function<Model(const ModelSpec&)> create;
+};
+
+/// Every variant, in the order of the paper's table.
+const std::vector<ModelVariant>& ModelVariants();
+/// The names of ModelVariants(), in order.
+std::vector<std::string> ModelVariantNames();
+/// The variant called `name`; InputError listing the known names otherwise.
+const ModelVariant& FindModelVariant(const std::string& name);
+/// A new model of spec.model with freshly initialised parameters (from torch's global RNG).
+/// Throws InputError for an unknown variant or an inconsistent spec.
+Model CreateModel(const ModelSpec& spec);
+/// Reads the `dynamics` value of configurations and checkpoints written before model variants
+/// existed: "constrained" → "keycld", "unconstrained" → "keycld-nc"; InputError otherwise.
+std::string ModelFromLegacyDynamics(const std::string& dynamics);
+/// One line naming a model, e.g. "keycld (constrained Lagrangian), pendulum, h = 16, 32 px,
+/// 1 actuator(s)"; what the commands print about a checkpoint.
+std::string DescribeModel(const ModelSpec& spec);
+
+}  // namespace keycld

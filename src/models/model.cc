@@ -1,0 +1,124 @@
+#include "keycld/models/model.h"
+
+#include <fstream>
+
+#include "keycld/models/registry.h"
+#include "keycld/util/error.h"
+
+namespace keycld {
+
+int KeypointCount(EnvName env) { return env == EnvName::kPendulum ? 1 : 2; }
+
+void ModelSpec::Validate() const {
+  if (num_keypoints != KeypointCount(env)) {
+    throw InputError(EnvNameString(env) + " has " + std::to_string(KeypointCount(env)) +
+                     " keypoints, the model spec says " + std::to_string(num_keypoints));
+  }
+  if (action_dim < 1) throw InputError("action dimension must be ≥ 1");
+  if (hidden < 8 || hidden % 8 != 0 || hidden < num_keypoints) {
+    throw InputError("hidden width must be a positive multiple of 8, got " +
+                     std::to_string(hidden));
+  }
+  if (image_size < 8 || image_size % 4 != 0) {
+    throw InputError("image size must be a multiple of 4 (two 2x poolings in the U-Net), got " +
+                     std::to_string(image_size));
+  }
+  if (!(sigma > 0) || !(dt > 0)) throw InputError("sigma and dt must be > 0");
+  FindModelVariant(model);
+}
+
+Precision ParsePrecision(const std::string& name) {
+  if (name == "fp32") return Precision::kFloat32;
+  if (name == "bf16") return Precision::kBfloat16;
+  throw InputError("unknown precision '" + name + "' (expected fp32 or bf16)");
+}
+
+std::string PrecisionName(Precision precision) {
+  return precision == Precision::kBfloat16 ? "bf16" : "fp32";
+}
+
+bool HasNativeBf16(const torch::Device& device) {
+  if (device.is_cuda()) return true;
+  if (!device.is_cpu()) return false;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    line += ' ';
+    return line.find(" avx512_bf16 ") != std::string::npos ||
+           line.find(" amx_bf16 ") != std::string::npos;
+  }
+  return false;
+}
+
+ModelImpl::ModelImpl(const ModelSpec& spec) : spec_(spec) { spec_.Validate(); }
+
+torch::Device ModelImpl::device() const { return parameters().front().device(); }
+
+torch::Tensor ModelImpl::Acceleration(const torch::Tensor& x, const torch::Tensor& xdot,
+                                      const torch::Tensor& u) {
+  return dynamics().Acceleration(x, xdot, u);
+}
+
+torch::Tensor ModelImpl::ProjectVelocity(const torch::Tensor& x, const torch::Tensor& xdot) {
+  return dynamics().ProjectVelocity(x, xdot);
+}
+
+Trajectory ModelImpl::Rollout(const torch::Tensor& x0, const torch::Tensor& xdot0,
+                              const torch::Tensor& u, const std::vector<double>& times,
+                              IntegratorMethod method, const IntegratorOptions& options) {
+  return keycld::Rollout(dynamics().WithAction(u), x0, xdot0, times, method, options);
+}
+
+bool ModelImpl::HasEnergy() const { return FindModelVariant(spec_.model).has_energy; }
+
+EnergyModel& ModelImpl::RequireEnergy(const std::string& purpose) {
+  if (EnergyModel* e = energy()) return *e;
+  throw InputError("a " + spec_.model + " model has no " + purpose + ": its dynamics are a " +
+                   FindModelVariant(spec_.model).description +
+                   " (only models with a learned Lagrangian, keycld and keycld-nc, have M, V and "
+                   "B)");
+}
+
+torch::Tensor ModelImpl::MassScalars() { return RequireEnergy("a mass matrix").MassScalars(); }
+
+torch::Tensor ModelImpl::MassDiagonal() { return MassMatrixDiagonal(MassScalars()); }
+
+torch::Tensor ModelImpl::Potential(const torch::Tensor& x) {
+  return RequireEnergy("a potential energy").Potential(x).reshape({x.size(0)});
+}
+
+torch::Tensor ModelImpl::PotentialGradient(const torch::Tensor& x) {
+  return RequireEnergy("a potential energy").PotentialGradient(x);
+}
+
+torch::Tensor ModelImpl::InputMatrix(const torch::Tensor& x) {
+  return RequireEnergy("an input matrix").InputMatrix(x);
+}
+
+std::vector<torch::Tensor> ModelImpl::DynamicsParameters() {
+  std::vector<torch::Tensor> p;
+  for (const auto& m : DynamicsModules()) {
+    auto q = m->parameters();
+    p.insert(p.end(), q.begin(), q.end());
+  }
+  return p;
+}
+
+void ModelImpl::SetPrecision(Precision precision) {
+  if (precision == Precision::kBfloat16 && !HasNativeBf16(device())) {
+    throw InputError("--precision bf16 needs a CUDA device or a CPU with AVX512-BF16 or AMX "
+                     "(none in this CPU's flags); use fp32");
+  }
+  precision_ = precision;
+}
+
+DoublePrecisionDynamics::DoublePrecisionDynamics(Model model) : model_(std::move(model)) {
+  for (const auto& m : model_->DynamicsModules()) m->to(torch::kFloat64);
+}
+
+DoublePrecisionDynamics::~DoublePrecisionDynamics() {
+  for (const auto& m : model_->DynamicsModules()) m->to(torch::kFloat32);
+}
+
+}  // namespace keycld

@@ -1,0 +1,53 @@
+#include "keycld/models/registry.h"
+
+#include "keycld/models/lagrangian_model.h"
+#include "keycld/models/node2_model.h"
+#include "keycld/util/error.h"
+
+namespace keycld {
+
+const std::vector<ModelVariant>& ModelVariants() {
+  static const std::vector<ModelVariant> variants = {
+      {"keycld", "constrained Lagrangian", true,
+       [](const ModelSpec& s) { return Model(std::make_shared<LagrangianModelImpl>(s, true)); }},
+      {"keycld-nc", "Lagrangian without constraints", true,
+       [](const ModelSpec& s) { return Model(std::make_shared<LagrangianModelImpl>(s, false)); }},
+      {"node2", "black-box second-order ODE", false,
+       [](const ModelSpec& s) { return Model(std::make_shared<Node2ModelImpl>(s)); }},
+  };
+  return variants;
+}
+
+std::vector<std::string> ModelVariantNames() {
+  std::vector<std::string> names;
+  for (const ModelVariant& v : ModelVariants()) names.push_back(v.name);
+  return names;
+}
+
+const ModelVariant& FindModelVariant(const std::string& name) {
+  std::string known;
+  for (const ModelVariant& v : ModelVariants()) {
+    if (v.name == name) return v;
+    known += (known.empty() ? "" : ", ") + v.name;
+  }
+  throw InputError("unknown model '" + name + "' (expected one of " + known + ")");
+}
+
+Model CreateModel(const ModelSpec& spec) { return FindModelVariant(spec.model).create(spec); }
+
+std::string ModelFromLegacyDynamics(const std::string& dynamics) {
+  if (dynamics == "constrained") return "keycld";
+  if (dynamics == "unconstrained") return "keycld-nc";
+  throw InputError("unknown dynamics '" + dynamics +
+                   "' (expected constrained or unconstrained; newer files say model = keycld, "
+                   "keycld-nc or node2)");
+}
+
+std::string DescribeModel(const ModelSpec& spec) {
+  return spec.model + " (" + FindModelVariant(spec.model).description + "), " +
+         EnvNameString(spec.env) + ", h = " + std::to_string(spec.hidden) + ", " +
+         std::to_string(spec.image_size) + " px, " + std::to_string(spec.action_dim) +
+         " actuator(s)";
+}
+
+}  // namespace keycld
