@@ -33,16 +33,16 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
       "table of valid prediction times (resumable: finished cells are skipped)");
   cmd->add_option("--envs", a->envs, "Environments, comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"pendulum", "cartpole", "acrobot"}))
+      ->check(CLI::IsMember(Names<EnvName>()))
       ->capture_default_str();
   cmd->add_option("--controls", a->controls,
                   "Control modes, comma-separated (pendulum has no 'under': skipped)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"none", "under", "full"}))
+      ->check(CLI::IsMember(Names<ControlMode>()))
       ->capture_default_str();
   cmd->add_option("--models", a->models, "Model variants, comma-separated")
       ->delimiter(',')
-      ->check(CLI::IsMember({"keycld", "keycld-nc", "node2"}))
+      ->check(CLI::IsMember(ModelVariantNames()))
       ->capture_default_str();
   cmd->add_option("--preset", a->preset,
                   "Training presets: paper | cpu-quick (configs/<preset>/<env>-<control>.toml) "
@@ -59,7 +59,7 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N (default: the preset's)");
   cmd->add_option("--integrator", a->integrator,
                   "Override the presets' loss integrator: euler (the paper's) | rk4 | verlet")
-      ->check(CLI::IsMember({"euler", "rk4", "verlet"}));
+      ->check(CLI::IsMember(FixedStepIntegratorNames()));
   return [a, global] {
     BenchmarkOptions o;
     o.envs.clear();

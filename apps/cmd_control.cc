@@ -77,7 +77,7 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
       ->capture_default_str();
   cmd->add_option("--gain-scale", a->gain_scale,
                   "mass: K = k·M (gains independent of the model's energy unit) | unit: K = k")
-      ->check(CLI::IsMember({"mass", "unit"}))
+      ->check(CLI::IsMember(Names<GainScale>()))
       ->capture_default_str();
   cmd->add_option("--u-max", a->u_max, "Actuator limit |u_i| ≤ U (0 = none)")
       ->capture_default_str();

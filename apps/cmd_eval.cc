@@ -26,7 +26,7 @@ Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
   cmd->add_option("--checkpoint", a->checkpoint,
                   "Checkpoint (default RUN_DIR/checkpoints/last.pt)");
   cmd->add_option("--solver", a->solver, "dopri5 (KEYCLD.md §8) | rk4 | euler")
-      ->check(CLI::IsMember({"dopri5", "rk4", "euler"}))
+      ->check(CLI::IsMember(Names<IntegratorMethod>()))
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Output folder (default RUN_DIR/report)");
   cmd->add_option("--energy-frames", a->energy_frames,

@@ -81,14 +81,14 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
   cmd->add_option("--precision", a->precision,
                   "fp32 | bf16: arithmetic of the estimator's and renderer's convolutions "
                   "(bf16 autocast needs AVX512-BF16/AMX or a CUDA device)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+      ->check(CLI::IsMember(Names<Precision>()));
   cmd->add_option("--model", a->model,
                   "keycld | keycld-nc (no constraints) | node2 (black-box ODE); default keycld")
-      ->check(CLI::IsMember({"keycld", "keycld-nc", "node2"}));
+      ->check(CLI::IsMember(ModelVariantNames()));
   cmd->add_option("--integrator", a->integrator,
                   "Integrator of the dynamics loss after the warm-up: euler (the paper's, "
                   "biased) | rk4 | verlet")
-      ->check(CLI::IsMember({"euler", "rk4", "verlet"}));
+      ->check(CLI::IsMember(FixedStepIntegratorNames()));
   cmd->add_option("--integrator-warmup-epochs", a->integrator_warmup,
                   "Epochs trained with the warm-up integrator before --integrator (0 = none)")
       ->check(CLI::Range(0.0, 1e6));
@@ -167,7 +167,7 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       ->capture_default_str();
   cmd->add_option("--integrator", a->integrator,
                   "Override the config's loss integrator: euler (the paper's) | rk4 | verlet")
-      ->check(CLI::IsMember({"euler", "rk4", "verlet"}));
+      ->check(CLI::IsMember(FixedStepIntegratorNames()));
   return [a, global] {
     const auto job_start = std::chrono::steady_clock::now();
     const std::filesystem::path config_file = a->config.empty()

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "keycld/sim/gl_context.h"
 #include "keycld/util/allocator.h"
 #include "keycld/util/error.h"
 
@@ -16,19 +17,19 @@ using namespace keycld;
 namespace {
 
 int Run(int argc, char** argv) {
-  CLI::App app{"keycld: learning constrained Lagrangian dynamics in keypoint coordinates from "
-               "images (KeyCLD)"};
+  CLI::App app{
+      "keycld: learning constrained Lagrangian dynamics in keypoint coordinates from "
+      "images (KeyCLD)"};
   app.require_subcommand(1);
   auto global = std::make_shared<cli::GlobalOptions>();
   app.add_option("--gl", global->gl, "OpenGL backend for headless rendering")
-      ->check(CLI::IsMember({"auto", "egl", "osmesa"}))
+      ->check(CLI::IsMember(Names<GlBackend>()))
       ->capture_default_str();
 
   using Add = cli::Runner (*)(CLI::App&, std::shared_ptr<const cli::GlobalOptions>);
-  const Add adders[] = {cli::AddInfoCommand,  cli::AddGenerateCommand, cli::AddRenderCommand,
-                        cli::AddTrainCommand, cli::AddRunCommand,      cli::AddEvaluateCommand,
-                        cli::AddPredictCommand, cli::AddBenchmarkCommand,
-                        cli::AddControlCommand};
+  const Add adders[] = {cli::AddInfoCommand,    cli::AddGenerateCommand,  cli::AddRenderCommand,
+                        cli::AddTrainCommand,   cli::AddRunCommand,       cli::AddEvaluateCommand,
+                        cli::AddPredictCommand, cli::AddBenchmarkCommand, cli::AddControlCommand};
   std::vector<std::pair<CLI::App*, cli::Runner>> commands;
   for (Add add : adders) {
     const size_t before = app.get_subcommands({}).size();

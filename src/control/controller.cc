@@ -24,13 +24,9 @@ torch::Tensor AsState(const torch::Tensor& t, int64_t width, const char* what) {
 
 }  // namespace
 
-GainScale ParseGainScale(const std::string& name) {
-  if (name == "mass") return GainScale::kMass;
-  if (name == "unit") return GainScale::kUnit;
-  throw InputError("unknown gain scale '" + name + "' (expected mass or unit)");
-}
+GainScale ParseGainScale(const std::string& name) { return ParseName<GainScale>(name); }
 
-std::string GainScaleName(GainScale scale) { return scale == GainScale::kMass ? "mass" : "unit"; }
+std::string GainScaleName(GainScale scale) { return NameOf(scale); }
 
 void ControllerOptions::Validate() const {
   if (!std::isfinite(kp) || !(kp > 0)) {
@@ -60,7 +56,8 @@ EnergyShapingController::EnergyShapingController(ControlModel& model, const torc
   kd_ = options_.kd * scale;
 }
 
-ControlAction EnergyShapingController::Act(const torch::Tensor& x_in, const torch::Tensor& xdot_in) {
+ControlAction EnergyShapingController::Act(const torch::Tensor& x_in,
+                                           const torch::Tensor& xdot_in) {
   const int64_t n = target_.size(1);
   const int64_t a = model_.action_dim();
   const torch::Tensor x = AsState(x_in, n, "x");

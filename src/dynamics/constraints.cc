@@ -6,15 +6,10 @@
 #include <utility>
 
 #include "keycld/util/error.h"
+#include "keycld/util/text.h"
 
 namespace keycld {
 namespace {
-
-std::string ShapeString(const torch::Tensor& t) {
-  std::ostringstream out;
-  out << t.sizes();
-  return out.str();
-}
 
 // Regularised norm r = sqrt(‖d‖² + ε²) of rows d [B, 2].
 torch::Tensor RegularisedNorm(const torch::Tensor& d) {
@@ -102,8 +97,7 @@ HolonomicConstraints HolonomicConstraints::None(int num_keypoints) {
 void HolonomicConstraints::CheckState(const torch::Tensor& t, const char* what) const {
   if (!t.defined() || t.dim() != 2 || t.size(1) != state_dim() ||
       !torch::isFloatingType(t.scalar_type())) {
-    throw InputError(std::string("holonomic constraints: ") + what + " has shape " +
-                     (t.defined() ? ShapeString(t) : std::string("(undefined)")) +
+    throw InputError(std::string("holonomic constraints: ") + what + " has shape " + ShapeText(t) +
                      " (expected a floating-point [B, " + std::to_string(state_dim()) + "])");
   }
 }
@@ -167,8 +161,8 @@ torch::Tensor HolonomicConstraints::Curvature(const torch::Tensor& x,
   CheckState(x, "x");
   CheckState(xdot, "xdot");
   if (x.size(0) != xdot.size(0)) {
-    throw InputError("holonomic constraints: x has shape " + ShapeString(x) + " but xdot " +
-                     ShapeString(xdot) + " (expected equal shapes)");
+    throw InputError("holonomic constraints: x has shape " + ShapeText(x) + " but xdot " +
+                     ShapeText(xdot) + " (expected equal shapes)");
   }
   if (terms_.empty()) return torch::zeros({x.size(0), 0}, x.options());
   // For r(d) = sqrt(‖d‖² + ε²): ∇²r = I / r − d dᵀ / r³, so

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "keycld/util/error.h"
+#include "keycld/util/text.h"
 
 namespace keycld {
 namespace {
@@ -31,12 +32,6 @@ constexpr double kBStar[7] = {
 constexpr double kSafety = 0.9;
 constexpr double kMinFactor = 0.2;
 constexpr double kMaxFactor = 10.0;
-
-std::string ShapeString(const torch::Tensor& t) {
-  std::ostringstream out;
-  out << t.sizes();
-  return out.str();
-}
 
 std::string Num(double v) {
   std::ostringstream out;
@@ -72,9 +67,7 @@ void CheckInputs(const torch::Tensor& x0, const torch::Tensor& xdot0,
   if (!x0.defined() || !xdot0.defined() || x0.dim() != 2 || x0.sizes() != xdot0.sizes() ||
       x0.size(0) < 1 || !torch::isFloatingType(x0.scalar_type()) ||
       x0.scalar_type() != xdot0.scalar_type() || x0.device() != xdot0.device()) {
-    throw InputError("Rollout: x0 " + (x0.defined() ? ShapeString(x0) : std::string("(undef)")) +
-                     " and xdot0 " +
-                     (xdot0.defined() ? ShapeString(xdot0) : std::string("(undef)")) +
+    throw InputError("Rollout: x0 " + ShapeText(x0) + " and xdot0 " + ShapeText(xdot0) +
                      " (expected floating-point [B, N], B >= 1, equal shape, dtype and device)");
   }
   if (times.empty()) throw InputError("Rollout: times is empty (expected T >= 1 times)");
@@ -253,11 +246,7 @@ Trajectory Dopri5Rollout(const AccelerationFn& acc, const torch::Tensor& x0,
 }  // namespace
 
 IntegratorMethod ParseIntegratorMethod(const std::string& name) {
-  if (name == "euler") return IntegratorMethod::kEuler;
-  if (name == "rk4") return IntegratorMethod::kRk4;
-  if (name == "dopri5") return IntegratorMethod::kDopri5;
-  if (name == "verlet") return IntegratorMethod::kVerlet;
-  throw InputError("unknown integrator '" + name + "' (expected euler, rk4, verlet or dopri5)");
+  return ParseName<IntegratorMethod>(name);
 }
 
 bool IsFixedStep(IntegratorMethod method) { return method != IntegratorMethod::kDopri5; }
@@ -276,19 +265,7 @@ int EvaluationsPerStep(IntegratorMethod method) {
   throw InputError("EvaluationsPerStep: dopri5 has no fixed number of evaluations per step");
 }
 
-std::string IntegratorMethodString(IntegratorMethod method) {
-  switch (method) {
-    case IntegratorMethod::kEuler:
-      return "euler";
-    case IntegratorMethod::kRk4:
-      return "rk4";
-    case IntegratorMethod::kDopri5:
-      return "dopri5";
-    case IntegratorMethod::kVerlet:
-      return "verlet";
-  }
-  return "?";
-}
+std::string IntegratorMethodString(IntegratorMethod method) { return NameOf(method); }
 
 PhaseState EulerStep(const AccelerationFn& acc, const torch::Tensor& x, const torch::Tensor& xdot,
                      double dt) {

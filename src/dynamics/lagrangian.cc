@@ -8,16 +8,10 @@
 #include <utility>
 
 #include "keycld/util/error.h"
+#include "keycld/util/text.h"
 
 namespace keycld {
 namespace {
-
-std::string ShapeString(const torch::Tensor& t) {
-  if (!t.defined()) return "(undefined)";
-  std::ostringstream out;
-  out << t.sizes();
-  return out.str();
-}
 
 double Regularization(const ConstraintSolveOptions& options, torch::ScalarType dtype) {
   return options.regularization >= 0 ? options.regularization : DefaultRegularization(dtype);
@@ -42,7 +36,7 @@ void CheckMassScalars(const HolonomicConstraints& c, const torch::Tensor& x,
   const bool ok = m.defined() && m.size(-1) == c.num_keypoints() &&
                   (m.dim() == 1 || (m.dim() == 2 && m.size(0) == x.size(0)));
   if (!ok) {
-    throw InputError("constrained dynamics: mass scalars have shape " + ShapeString(m) +
+    throw InputError("constrained dynamics: mass scalars have shape " + ShapeText(m) +
                      " (expected [" + std::to_string(c.num_keypoints()) + "] or [B, " +
                      std::to_string(c.num_keypoints()) + "])");
   }
@@ -50,8 +44,8 @@ void CheckMassScalars(const HolonomicConstraints& c, const torch::Tensor& x,
 
 void CheckSameShape(const torch::Tensor& x, const torch::Tensor& t, const char* what) {
   if (!t.defined() || t.sizes() != x.sizes()) {
-    throw InputError(std::string("constrained dynamics: ") + what + " has shape " + ShapeString(t) +
-                     " (expected " + ShapeString(x) + " like x)");
+    throw InputError(std::string("constrained dynamics: ") + what + " has shape " + ShapeText(t) +
+                     " (expected " + ShapeText(x) + " like x)");
   }
 }
 
@@ -179,14 +173,14 @@ torch::Tensor GeneralizedForce(EnergyModel& energy, const torch::Tensor& x,
   torch::Tensor f = -energy.PotentialGradient(x);
   if (!u.defined() || u.numel() == 0) return f;
   if (u.dim() > 2 || (u.dim() == 2 && u.size(0) != x.size(0))) {
-    throw InputError("GeneralizedForce: action u has shape " + ShapeString(u) +
+    throw InputError("GeneralizedForce: action u has shape " + ShapeText(u) +
                      " (expected [B, A] or [A] with B = " + std::to_string(x.size(0)) + ")");
   }
   const torch::Tensor input_matrix = energy.InputMatrix(x);  // [B, 2K, A]
   if (input_matrix.dim() != 3 || input_matrix.size(0) != x.size(0) ||
       input_matrix.size(1) != x.size(1) || input_matrix.size(2) != u.size(-1)) {
-    throw InputError("GeneralizedForce: input matrix has shape " + ShapeString(input_matrix) +
-                     " for action " + ShapeString(u) + " (expected [" + std::to_string(x.size(0)) +
+    throw InputError("GeneralizedForce: input matrix has shape " + ShapeText(input_matrix) +
+                     " for action " + ShapeText(u) + " (expected [" + std::to_string(x.size(0)) +
                      ", " + std::to_string(x.size(1)) + ", " + std::to_string(u.size(-1)) + "])");
   }
   return f +

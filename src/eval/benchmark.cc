@@ -20,6 +20,8 @@
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
 #include "keycld/util/progress.h"
+#include "keycld/util/stats.h"
+#include "keycld/util/text.h"
 
 namespace keycld {
 
@@ -36,18 +38,10 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 }
 
 void Stats(const std::vector<int>& v, double* mean, double* std, double* median) {
-  *mean = *std = *median = 0;
-  if (v.empty()) return;
-  const double n = double(v.size());
-  double sum = 0, sq = 0;
-  for (int x : v) sum += x;
-  *mean = sum / n;
-  for (int x : v) sq += (x - *mean) * (x - *mean);
-  *std = std::sqrt(sq / n);
-  std::vector<int> s = v;
-  std::sort(s.begin(), s.end());
-  const size_t m = s.size();
-  *median = m % 2 ? s[m / 2] : 0.5 * (s[m / 2 - 1] + s[m / 2]);
+  const Summary s = Summarize(v);
+  *mean = s.mean;
+  *std = s.std;
+  *median = s.median;
 }
 
 std::string CellName(EnvName env, ControlMode control, std::string model, int seed) {
@@ -178,12 +172,6 @@ std::string Comparable(TrainConfig c) {
   c.threads = 0;
   c.device = "cpu";
   return c.ToToml();
-}
-
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
 }
 
 }  // namespace

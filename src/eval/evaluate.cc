@@ -20,6 +20,7 @@
 #include "keycld/train/trainer.h"
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
+#include "keycld/util/text.h"
 
 namespace keycld {
 
@@ -88,18 +89,6 @@ std::pair<double, double> AffineFit(const std::vector<double>& x, const std::vec
   if (sxx <= 0 || syy <= 0) return {0.0, 0.0};
   const double a = sxy / sxx;
   return {sxy * sxy / (sxx * syy), a};
-}
-
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-std::string Sci(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3g", v);
-  return buf;
 }
 
 // The pieces of one evaluation, in the order Evaluate runs them.

@@ -6,15 +6,10 @@
 #include <string>
 
 #include "keycld/util/error.h"
+#include "keycld/util/text.h"
 
 namespace keycld {
 namespace {
-
-std::string ShapeString(const at::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
 
 void CheckGridSize(int64_t height, int64_t width, const char* who) {
   if (height < 1 || width < 1) {
@@ -36,7 +31,7 @@ CoordinateGrid MakeCoordinateGrid(int64_t height, int64_t width, const at::Tenso
 SpatialSoftmaxResult SpatialSoftmax(const at::Tensor& logits) {
   if (!logits.defined() || logits.dim() < 3 || !at::isFloatingType(logits.scalar_type())) {
     throw InputError("SpatialSoftmax: logits must be floating [..., K, H, W], got " +
-                     (logits.defined() ? ShapeString(logits) : std::string("undefined")));
+                     ShapeText(logits));
   }
   const int64_t height = logits.size(-2), width = logits.size(-1);
   at::Tensor p = at::softmax(logits.flatten(-2), -1).view(logits.sizes());
@@ -50,7 +45,7 @@ at::Tensor GaussianMaps(const at::Tensor& keypoints, int64_t height, int64_t wid
   if (!keypoints.defined() || keypoints.dim() < 2 || keypoints.size(-1) != 2 ||
       !at::isFloatingType(keypoints.scalar_type())) {
     throw InputError("GaussianMaps: keypoints must be floating [..., K, 2], got " +
-                     (keypoints.defined() ? ShapeString(keypoints) : std::string("undefined")));
+                     ShapeText(keypoints));
   }
   CheckGridSize(height, width, "GaussianMaps");
   if (!(sigma > 0)) {
@@ -72,8 +67,7 @@ at::Tensor HeatmapBce(const at::Tensor& probabilities, const at::Tensor& keypoin
     throw InputError(
         "HeatmapBce: expected probabilities [..., K, H, W] and keypoints "
         "[..., K, 2] with the same leading dimensions, got " +
-        (probabilities.defined() ? ShapeString(probabilities) : "undefined") + " and " +
-        (keypoints.defined() ? ShapeString(keypoints) : "undefined"));
+        ShapeText(probabilities) + " and " + ShapeText(keypoints));
   }
   if (!(epsilon > 0)) {
     throw InputError("HeatmapBce: epsilon must be > 0, got " + std::to_string(epsilon));

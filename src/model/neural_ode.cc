@@ -7,19 +7,9 @@
 #include <vector>
 
 #include "keycld/util/error.h"
+#include "keycld/util/text.h"
 
 namespace keycld {
-namespace {
-
-std::string Shape(const torch::Tensor& t) {
-  if (!t.defined()) return "undefined";
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
-}  // namespace
-
 SecondOrderOdeImpl::SecondOrderOdeImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden)
     : num_keypoints_(num_keypoints), action_dim_(action_dim) {
   if (num_keypoints < 1 || action_dim < 1 || hidden < 1) {
@@ -39,7 +29,7 @@ torch::Tensor SecondOrderOdeImpl::forward(const torch::Tensor& x, const torch::T
   if (!x.defined() || x.dim() != 2 || x.size(1) != n || !at::isFloatingType(x.scalar_type()) ||
       !xdot.defined() || xdot.sizes() != x.sizes()) {
     throw InputError("SecondOrderOde: x and ẋ must be floating [B, " + std::to_string(n) +
-                     "], got " + Shape(x) + " and " + Shape(xdot));
+                     "], got " + ShapeText(x) + " and " + ShapeText(xdot));
   }
   const int64_t B = x.size(0);
   torch::Tensor action;
@@ -50,7 +40,7 @@ torch::Tensor SecondOrderOdeImpl::forward(const torch::Tensor& x, const torch::T
   } else if (u.dim() == 2 && u.size(0) == B && u.size(1) == action_dim_) {
     action = u.to(x.options());
   } else {
-    throw InputError("SecondOrderOde: action " + Shape(u) + " for " + std::to_string(B) +
+    throw InputError("SecondOrderOde: action " + ShapeText(u) + " for " + std::to_string(B) +
                      " states (expected [" + std::to_string(B) + ", " +
                      std::to_string(action_dim_) + "] or [" + std::to_string(action_dim_) + "])");
   }

@@ -27,15 +27,9 @@ void ModelSpec::Validate() const {
   FindModelVariant(model);
 }
 
-Precision ParsePrecision(const std::string& name) {
-  if (name == "fp32") return Precision::kFloat32;
-  if (name == "bf16") return Precision::kBfloat16;
-  throw InputError("unknown precision '" + name + "' (expected fp32 or bf16)");
-}
+Precision ParsePrecision(const std::string& name) { return ParseName<Precision>(name); }
 
-std::string PrecisionName(Precision precision) {
-  return precision == Precision::kBfloat16 ? "bf16" : "fp32";
-}
+std::string PrecisionName(Precision precision) { return NameOf(precision); }
 
 bool HasNativeBf16(const torch::Device& device) {
   if (device.is_cuda()) return true;
@@ -107,8 +101,9 @@ std::vector<torch::Tensor> ModelImpl::DynamicsParameters() {
 
 void ModelImpl::SetPrecision(Precision precision) {
   if (precision == Precision::kBfloat16 && !HasNativeBf16(device())) {
-    throw InputError("--precision bf16 needs a CUDA device or a CPU with AVX512-BF16 or AMX "
-                     "(none in this CPU's flags); use fp32");
+    throw InputError(
+        "--precision bf16 needs a CUDA device or a CPU with AVX512-BF16 or AMX "
+        "(none in this CPU's flags); use fp32");
   }
   precision_ = precision;
 }

@@ -4,43 +4,10 @@
 
 namespace keycld {
 
-EnvName ParseEnvName(const std::string& name) {
-  if (name == "pendulum") return EnvName::kPendulum;
-  if (name == "cartpole") return EnvName::kCartpole;
-  if (name == "acrobot") return EnvName::kAcrobot;
-  throw InputError("unknown environment '" + name + "' (expected pendulum, cartpole or acrobot)");
-}
-
-ControlMode ParseControlMode(const std::string& name) {
-  if (name == "none") return ControlMode::kNone;
-  if (name == "under") return ControlMode::kUnder;
-  if (name == "full") return ControlMode::kFull;
-  throw InputError("unknown control mode '" + name + "' (expected none, under or full)");
-}
-
-std::string EnvNameString(EnvName env) {
-  switch (env) {
-    case EnvName::kPendulum:
-      return "pendulum";
-    case EnvName::kCartpole:
-      return "cartpole";
-    case EnvName::kAcrobot:
-      return "acrobot";
-  }
-  return "?";
-}
-
-std::string ControlModeString(ControlMode mode) {
-  switch (mode) {
-    case ControlMode::kNone:
-      return "none";
-    case ControlMode::kUnder:
-      return "under";
-    case ControlMode::kFull:
-      return "full";
-  }
-  return "?";
-}
+EnvName ParseEnvName(const std::string& name) { return ParseName<EnvName>(name); }
+ControlMode ParseControlMode(const std::string& name) { return ParseName<ControlMode>(name); }
+std::string EnvNameString(EnvName env) { return NameOf(env); }
+std::string ControlModeString(ControlMode mode) { return NameOf(mode); }
 
 void CheckControlMode(EnvName env, ControlMode mode) {
   if (env == EnvName::kPendulum && mode == ControlMode::kUnder) {

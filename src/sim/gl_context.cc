@@ -14,23 +14,9 @@
 
 namespace keycld {
 
-GlBackend ParseGlBackend(const std::string& name) {
-  if (name == "auto") return GlBackend::kAuto;
-  if (name == "egl") return GlBackend::kEgl;
-  if (name == "osmesa") return GlBackend::kOsmesa;
-  throw InputError("unknown GL backend '" + name + "' (expected auto, egl or osmesa)");
-}
+GlBackend ParseGlBackend(const std::string& name) { return ParseName<GlBackend>(name); }
 
-std::string GlBackendName(GlBackend backend) {
-  switch (backend) {
-    case GlBackend::kEgl:
-      return "egl";
-    case GlBackend::kOsmesa:
-      return "osmesa";
-    default:
-      return "auto";
-  }
-}
+std::string GlBackendName(GlBackend backend) { return NameOf(backend); }
 
 namespace {
 
@@ -173,10 +159,21 @@ EGLContext TryEglContext(const EglApi* egl, EGLDisplay display, std::string* why
     *why = "EGL_KHR_surfaceless_context not supported";
     return EGL_NO_CONTEXT;
   }
-  const EGLint config_attribs[] = {EGL_RED_SIZE,     8, EGL_GREEN_SIZE, 8,
-                                   EGL_BLUE_SIZE,    8, EGL_ALPHA_SIZE, 8,
-                                   EGL_DEPTH_SIZE,   24, EGL_STENCIL_SIZE, 8,
-                                   EGL_RENDERABLE_TYPE, EGL_OPENGL_BIT, EGL_NONE};
+  const EGLint config_attribs[] = {EGL_RED_SIZE,
+                                   8,
+                                   EGL_GREEN_SIZE,
+                                   8,
+                                   EGL_BLUE_SIZE,
+                                   8,
+                                   EGL_ALPHA_SIZE,
+                                   8,
+                                   EGL_DEPTH_SIZE,
+                                   24,
+                                   EGL_STENCIL_SIZE,
+                                   8,
+                                   EGL_RENDERABLE_TYPE,
+                                   EGL_OPENGL_BIT,
+                                   EGL_NONE};
   EGLConfig config;
   EGLint count = 0;
   if (!egl->ChooseConfig(display, config_attribs, &config, 1, &count) || count < 1) {
@@ -336,8 +333,8 @@ std::unique_ptr<GlContext> GlContext::Create(GlBackend backend,
   }
   if (attempts) *attempts = tried;
   if (!ctx) {
-    std::string msg = "no usable OpenGL for headless rendering (--gl " +
-                      GlBackendName(backend) + "); tried: ";
+    std::string msg =
+        "no usable OpenGL for headless rendering (--gl " + GlBackendName(backend) + "); tried: ";
     for (size_t i = 0; i < tried.size(); ++i) msg += (i ? "; " : "") + tried[i];
     throw GlError(msg);
   }

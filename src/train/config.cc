@@ -218,7 +218,7 @@ void TrainConfig::Validate() const {
     fail("learning rates must be finite and > 0");
   }
   if (!(grad_clip > 0)) fail("grad_clip must be > 0");
-  if (lr_schedule != "constant" && lr_schedule != "cosine") {
+  if (lr_schedule != "constant" && lr_schedule != "cosine") {  // two fixed names
     fail("lr_schedule must be constant or cosine, got '" + lr_schedule + "'");
   }
   if (!(lr_final_scale >= 0 && lr_final_scale <= 1)) fail("lr_final_scale must be in [0, 1]");
@@ -230,8 +230,9 @@ void TrainConfig::Validate() const {
   }
   for (const auto& [key, name] :
        {std::pair{"integrator", &integrator}, std::pair{"warmup_integrator", &warmup_integrator}}) {
-    if (*name != "euler" && *name != "rk4" && *name != "verlet") {
-      fail(std::string(key) + " must be euler, rk4 or verlet, got '" + *name + "'");
+    const auto names = FixedStepIntegratorNames();
+    if (std::find(names.begin(), names.end(), *name) == names.end()) {
+      fail(std::string(key) + " must be " + JoinAlternatives(names) + ", got '" + *name + "'");
     }
   }
   if (!(max_acceleration >= 0) || !std::isfinite(max_acceleration)) {
@@ -253,9 +254,7 @@ void TrainConfig::Validate() const {
   if (device != "cpu" && device.rfind("cuda", 0) != 0) {
     fail("device must be cpu, cuda or cuda:N, got '" + device + "'");
   }
-  if (precision != "fp32" && precision != "bf16") {
-    fail("precision must be fp32 or bf16, got '" + precision + "'");
-  }
+  ParsePrecision(precision);
 }
 
 int64_t TrainConfig::TotalSteps(int64_t train_runs) const {

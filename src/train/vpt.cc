@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "keycld/util/error.h"
+#include "keycld/util/stats.h"
 
 namespace keycld {
 
@@ -96,14 +97,10 @@ VptResult VptFromMse(const torch::Tensor& mse, double epsilon) {
     }
     result.vpt.push_back(v);
   }
-  double sum = 0, sq = 0;
-  for (int v : result.vpt) sum += v;
-  result.mean = sum / double(R);
-  for (int v : result.vpt) sq += (v - result.mean) * (v - result.mean);
-  result.std = std::sqrt(sq / double(R));
-  std::vector<int> sorted = result.vpt;
-  std::sort(sorted.begin(), sorted.end());
-  result.median = R % 2 ? sorted[R / 2] : 0.5 * (sorted[R / 2 - 1] + sorted[R / 2]);
+  const Summary summary = Summarize(result.vpt);
+  result.mean = summary.mean;
+  result.std = summary.std;
+  result.median = summary.median;
   return result;
 }
 

@@ -30,6 +30,12 @@ enum class GainScale {
   kMass,  ///< K = k·M (default): k_p in 1/s², k_d in 1/s
   kUnit,  ///< K = k·1: the paper's scalar gains in the model's own units
 };
+template <>
+struct NameTable<GainScale> {
+  static constexpr const char* kWhat = "gain scale";
+  static constexpr std::pair<GainScale, const char*> kEntries[] = {{GainScale::kMass, "mass"},
+                                                                   {GainScale::kUnit, "unit"}};
+};
 /// Parses "mass" | "unit"; InputError otherwise.
 GainScale ParseGainScale(const std::string& name);
 std::string GainScaleName(GainScale scale);

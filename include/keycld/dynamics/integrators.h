@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "keycld/util/names.h"
+
 namespace keycld {
 
 /// Batched acceleration a(x, ẋ): x, ẋ [B, N] → ẍ [B, N] (units / s²).
@@ -35,6 +37,18 @@ enum class IntegratorMethod {
   kDopri5,  ///< adaptive Dormand–Prince 5(4) with FSAL, error per unit step
   kVerlet,  ///< velocity Verlet (explicit predictor for ẋ-dependent a): order 2, two evaluations
 };
+
+template <>
+struct NameTable<IntegratorMethod> {
+  static constexpr const char* kWhat = "integrator";
+  static constexpr std::pair<IntegratorMethod, const char*> kEntries[] = {
+      {IntegratorMethod::kEuler, "euler"},
+      {IntegratorMethod::kRk4, "rk4"},
+      {IntegratorMethod::kVerlet, "verlet"},
+      {IntegratorMethod::kDopri5, "dopri5"}};
+};
+/// The fixed-step methods a training loss can use (euler, rk4, verlet).
+inline std::vector<std::string> FixedStepIntegratorNames() { return {"euler", "rk4", "verlet"}; }
 
 /// Parses "euler" | "rk4" | "dopri5" | "verlet"; throws InputError otherwise.
 IntegratorMethod ParseIntegratorMethod(const std::string& name);

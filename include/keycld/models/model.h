@@ -30,12 +30,12 @@ namespace keycld {
 /// What fixes the shapes of a model; stored in every checkpoint.
 struct ModelSpec {
   EnvName env = EnvName::kPendulum;
-  int num_keypoints = 1;   // K: pendulum 1, cartpole 2, acrobot 2 (docs/method.md §4)
-  int action_dim = 1;      // A: the system's actuators
-  int hidden = 32;         // h
-  int image_size = 64;     // H = W
-  double sigma = 0.1;      // Gaussian map width
-  double dt = 0.02;        // frame interval (s)
+  int num_keypoints = 1;         // K: pendulum 1, cartpole 2, acrobot 2 (docs/method.md §4)
+  int action_dim = 1;            // A: the system's actuators
+  int hidden = 32;               // h
+  int image_size = 64;           // H = W
+  double sigma = 0.1;            // Gaussian map width
+  double dt = 0.02;              // frame interval (s)
   std::string model = "keycld";  // the variant's name in the registry (models/registry.h)
 
   /// Throws InputError for inconsistent values (size not a multiple of 4, h not a multiple of
@@ -51,6 +51,12 @@ int KeypointCount(EnvName env);
 /// and losses in float32); it is a choice of speed, not part of the model (checkpoints hold
 /// float32 weights either way).
 enum class Precision { kFloat32, kBfloat16 };
+template <>
+struct NameTable<Precision> {
+  static constexpr const char* kWhat = "precision";
+  static constexpr std::pair<Precision, const char*> kEntries[] = {{Precision::kFloat32, "fp32"},
+                                                                   {Precision::kBfloat16, "bf16"}};
+};
 /// Parses "fp32" | "bf16"; throws InputError otherwise.
 Precision ParsePrecision(const std::string& name);
 /// "fp32" | "bf16".

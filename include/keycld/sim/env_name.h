@@ -3,11 +3,27 @@
 
 #include <string>
 
+#include "keycld/util/names.h"
+
 namespace keycld {
 
 enum class EnvName { kPendulum, kCartpole, kAcrobot };
-/// Actuation of a data set (KEYCLD.md §7): none, under (second actuator zero), full.
+/// Actuation of a data set (docs/method.md §7): none, under (second actuator zero), full.
 enum class ControlMode { kNone, kUnder, kFull };
+
+template <>
+struct NameTable<EnvName> {
+  static constexpr const char* kWhat = "environment";
+  static constexpr std::pair<EnvName, const char*> kEntries[] = {{EnvName::kPendulum, "pendulum"},
+                                                                 {EnvName::kCartpole, "cartpole"},
+                                                                 {EnvName::kAcrobot, "acrobot"}};
+};
+template <>
+struct NameTable<ControlMode> {
+  static constexpr const char* kWhat = "control mode";
+  static constexpr std::pair<ControlMode, const char*> kEntries[] = {
+      {ControlMode::kNone, "none"}, {ControlMode::kUnder, "under"}, {ControlMode::kFull, "full"}};
+};
 
 /// Parse "pendulum|cartpole|acrobot" / "none|under|full"; InputError otherwise.
 EnvName ParseEnvName(const std::string& name);

@@ -6,9 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "keycld/util/names.h"
+
 namespace keycld {
 
 enum class GlBackend { kAuto, kEgl, kOsmesa };
+template <>
+struct NameTable<GlBackend> {
+  static constexpr const char* kWhat = "GL backend";
+  static constexpr std::pair<GlBackend, const char*> kEntries[] = {
+      {GlBackend::kAuto, "auto"}, {GlBackend::kEgl, "egl"}, {GlBackend::kOsmesa, "osmesa"}};
+};
 
 /// Parses "auto", "egl" or "osmesa". Throws InputError otherwise.
 GlBackend ParseGlBackend(const std::string& name);
