@@ -14,8 +14,7 @@
 #include "keycld/control/closed_loop.h"
 #include "keycld/control/report.h"
 #include "keycld/sim/gl_context.h"
-#include "keycld/train/checkpoint.h"
-#include "keycld/train/trainer.h"
+#include "keycld/train/trained_run.h"
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
 #include "keycld/util/image_io.h"
@@ -50,6 +49,183 @@ std::string JoinErrors(const Environment& env, const std::vector<double>& e) {
   return s;
 }
 
+// The option checks CLI11 cannot express, then the controller's options.
+ControllerOptions CheckControlArgs(const ControlArgs& a) {
+  if (!a.target_truth.empty() && a.target_image.empty()) {
+    throw InputError("--target-truth goes with --target-image (--target-state is the truth)");
+  }
+  ControllerOptions copt;
+  copt.kp = a.kp;
+  copt.kd = a.kd;
+  copt.gain_scale = ParseGainScale(a.gain_scale);
+  copt.u_max = a.u_max;
+  copt.tangent_projection = !a.raw_pinv;
+  copt.Validate();
+  return copt;
+}
+
+// What the closed loop produced: every step, the video's frames and the wall time.
+struct ControlRecord {
+  std::vector<ControlStep> steps;
+  std::vector<ControlFrame> frames;
+  double wall_seconds = 0;
+  int delay_cs = 0;  // GIF frame delay (1/100 s)
+};
+
+// Runs the loop for `seconds` of simulated time. The video plays at real time with 25 frames a
+// second at most.
+ControlRecord RunLoop(ClosedLoop& loop, const Environment& env, double seconds, bool video) {
+  const int steps_total = std::max(1, int(std::lround(seconds / env.timestep())));
+  const int stride = std::max(1, int(std::lround(0.04 / env.timestep())));
+  ControlRecord rec;
+  rec.delay_cs = std::max(2, int(std::lround(100.0 * stride * env.timestep())));
+  rec.steps.reserve(size_t(steps_total));
+  InterruptGuard guard;
+  ProgressBar bar("control", steps_total, "steps");
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps_total; ++i) {
+    if (InterruptRequested()) throw Interrupted("interrupted; no output written");
+    rec.steps.push_back(loop.Step());
+    if (video && i % stride == 0) rec.frames.push_back({loop.frame(), size_t(i)});
+    bar.Update(i + 1);
+  }
+  bar.Finish();
+  rec.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return rec;
+}
+
+// The verdict against the true target (errors.png, the summary's "verdict") and its line.
+std::string JudgeAndPlot(const ControlArgs& a, const Environment& env, EnvName name,
+                         const ControlRecord& rec, const std::vector<double>& truth,
+                         const fs::path& out, nlohmann::json* j) {
+  const auto tolerances = JointTolerances(env, a.angle_tolerance, a.position_tolerance);
+  ControlVerdict v = JudgeControl(env, rec.steps, truth, a.angle_tolerance, a.position_tolerance,
+                                  a.hold, a.speed_tolerance);
+  WriteErrorPlot(out / "errors.png", env, rec.steps, truth, tolerances,
+                 EnvNameString(name) + ": true joint errors under energy shaping");
+  (*j)["target_qpos"] = truth;
+  (*j)["verdict"] = {{"success", v.success},
+                     {"final_errors", v.final_errors},
+                     {"max_errors_hold", v.max_hold_errors},
+                     {"tolerances", v.tolerances},
+                     {"hold_seconds", v.hold_seconds},
+                     {"speed_tolerance", v.speed_tolerance},
+                     {"max_speed_hold", v.max_hold_speed},
+                     {"settle_time", std::isnan(v.settle_time) ? nlohmann::json(nullptr)
+                                                               : nlohmann::json(v.settle_time)}};
+  char settle[64], tol[96];
+  if (std::isnan(v.settle_time)) {
+    std::snprintf(settle, sizeof settle, "not settled at the end");
+  } else {
+    std::snprintf(settle, sizeof settle, "settled after %.2f s", v.settle_time);
+  }
+  if (name == EnvName::kCartpole) {
+    std::snprintf(tol, sizeof tol, "tolerance %g rad, %g m", a.angle_tolerance,
+                  a.position_tolerance);
+  } else {
+    std::snprintf(tol, sizeof tol, "tolerance %g rad", a.angle_tolerance);
+  }
+  char hold[32], speed[96];
+  std::snprintf(hold, sizeof hold, "%g", a.hold);
+  std::snprintf(speed, sizeof speed, ", largest joint speed %.3g (tolerance %g)", v.max_hold_speed,
+                v.speed_tolerance);
+  return std::string(v.success ? "success" : "failure") + ": final error " +
+         JoinErrors(env, v.final_errors) + "; max over the last " + hold + " s " +
+         JoinErrors(env, v.max_hold_errors) + speed + "; " + settle + " (" + tol + ")";
+}
+
+// summary.json without the verdict: the setting, the controller, the states and the rate.
+nlohmann::json SummaryJson(const fs::path& run, const ModelSpec& spec, const Environment& env,
+                           const ControllerOptions& copt, const ControlArgs& a,
+                           const std::vector<double>& init, const std::vector<double>& target_x,
+                           const ControlRecord& rec) {
+  nlohmann::json j;
+  j["run"] = run.string();
+  j["env"] = EnvNameString(spec.env);
+  j["image_size"] = spec.image_size;
+  j["dt"] = env.timestep();
+  j["seconds"] = rec.steps.back().time + env.timestep() - rec.steps.front().time;
+  j["steps"] = rec.steps.size();
+  j["controller"] = {{"kp", copt.kp},
+                     {"kd", copt.kd},
+                     {"gain_scale", GainScaleName(copt.gain_scale)},
+                     {"tangent_projection", copt.tangent_projection},
+                     {"u_max", copt.u_max}};
+  j["initial_qpos"] = init;
+  j["target_keypoints"] = target_x;
+  j["target_source"] = a.target_image.empty() ? "state" : a.target_image;
+  j["final_qpos"] = env.qpos();
+  j["steps_per_second"] = double(rec.steps.size()) / rec.wall_seconds;
+  double max_u = 0;
+  for (const auto& s : rec.steps)
+    for (double u : s.action) max_u = std::max(max_u, std::abs(u));
+  j["max_abs_action"] = max_u;
+  return j;
+}
+
+int RunControl(const ControlArgs& a, const GlobalOptions& global) {
+  const ControllerOptions copt = CheckControlArgs(a);
+  TrainedRunOptions to;
+  to.run = a.run;
+  to.open_data = false;
+  to.device = a.device;
+  to.threads = a.threads;
+  TrainedRun trained = OpenTrainedRun(to);
+  const ModelSpec spec = trained.model->spec();
+  Environment env(spec.env);
+  CheckFullyActuated(spec, RunControlMode(trained.run_dir), env);
+  const std::vector<double> init = a.init_state.empty()
+                                       ? DefaultInitialState(spec.env)
+                                       : ParseJointState(env, a.init_state, "--init-state");
+  std::optional<std::vector<double>> truth;
+  if (!a.target_state.empty()) truth = ParseJointState(env, a.target_state, "--target-state");
+  if (!a.target_truth.empty()) truth = ParseJointState(env, a.target_truth, "--target-truth");
+  const fs::path out = a.out.empty() ? trained.run_dir / "control" : fs::path(a.out);
+
+  auto gl = GlContext::Create(ParseGlBackend(global.gl));
+  OffscreenRenderer renderer(env, *gl, spec.image_size);
+  LearnedControlModel model(trained.model);
+  ControlTarget tgt = a.target_image.empty() ? TargetFromState(env, renderer, model, *truth)
+                                             : TargetFromImage(model, a.target_image);
+  env.Reset(init, std::vector<double>(size_t(env.nv()), 0.0));
+  EnergyShapingController controller(model, tgt.keypoints, copt);
+  ClosedLoop loop(env, renderer, model, controller);
+  const ControlRecord rec = RunLoop(loop, env, a.seconds, !a.no_video);
+
+  fs::create_directories(out);
+  WriteControlCsv(out / "control.csv", env, rec.steps, truth);
+  WritePng(out / "target.png", tgt.image, spec.image_size, spec.image_size);
+  const std::vector<double> target_x(tgt.keypoints.data_ptr<double>(),
+                                     tgt.keypoints.data_ptr<double>() + tgt.keypoints.numel());
+  if (!a.no_video) {
+    WriteControlVideo(out / "control.gif", rec.frames, spec.image_size, rec.steps, target_x,
+                      rec.delay_cs);
+  }
+  nlohmann::json j = SummaryJson(fs::path(a.run), spec, env, copt, a, init, target_x, rec);
+  std::string verdict_line;
+  if (truth) {
+    verdict_line = JudgeAndPlot(a, env, spec.env, rec, *truth, out, &j);
+  } else {
+    j["verdict"] = nullptr;
+    verdict_line =
+        "no verdict: the true target state is unknown (pass --target-truth with "
+        "--target-image); final state " +
+        JoinErrors(env, env.qpos());
+  }
+  j["verdict_line"] = verdict_line;
+  WriteTextAtomically(out / "summary.json", j.dump(2) + "\n");
+  std::printf(
+      "%s: %zu steps of %.3f s in %.1f s wall (%.0f steps/s: render + estimate + control + "
+      "physics)\n",
+      EnvNameString(spec.env).c_str(), rec.steps.size(), env.timestep(), rec.wall_seconds,
+      double(rec.steps.size()) / rec.wall_seconds);
+  std::printf("verdict: %s\n", verdict_line.c_str());
+  std::printf("wrote %s (control.csv, %ssummary.json, target.png%s)\n", out.c_str(),
+              truth ? "errors.png, " : "", a.no_video ? "" : ", control.gif");
+  return 0;
+}
+
 }  // namespace
 
 Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
@@ -70,7 +246,9 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
                   "With --target-image: the true joint positions it shows, for the verdict");
   cmd->add_option("--init-state", a->init_state,
                   "Initial joint positions (default: hanging down, 0.1 rad off)");
-  cmd->add_option("--seconds", a->seconds, "Simulated time (s)")->capture_default_str();
+  cmd->add_option("--seconds", a->seconds, "Simulated time (s), in (0, 3600]")
+      ->check(CLI::Range(1e-9, 3600.0))
+      ->capture_default_str();
   cmd->add_option("--kp", a->kp, "Stiffness gain k_p (1/s² per unit mass with --gain-scale mass)")
       ->capture_default_str();
   cmd->add_option("--kd", a->kd, "Damping gain k_d (1/s per unit mass with --gain-scale mass)")
@@ -84,181 +262,31 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
   cmd->add_flag("--raw-pinv", a->raw_pinv,
                 "u = B⁺ f as written, without projecting B and f on the constraints' tangent "
                 "space");
+  const auto positive = CLI::PositiveNumber & CLI::Range(0.0, 1e300);
   cmd->add_option("--angle-tolerance", a->angle_tolerance, "Verdict tolerance of angles (rad)")
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--position-tolerance", a->position_tolerance,
                   "Verdict tolerance of the cart position (m)")
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--speed-tolerance", a->speed_tolerance,
                   "Verdict bound on every joint speed during the hold (rad/s, m/s)")
+      ->check(positive)
       ->capture_default_str();
   cmd->add_option("--hold", a->hold, "The target must be held during the last S seconds")
+      ->check(CLI::NonNegativeNumber & CLI::Range(0.0, 1e300))
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Output folder (default RUN_DIR/control)");
   cmd->add_option("--threads", a->threads,
                   "LibTorch threads (0 = all cores; 1 is fastest for these small networks and "
                   "leaves a core to the renderer)")
+      ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
   cmd->add_flag("--no-video", a->no_video, "Skip the GIF");
 
-  return [a, global] {
-    if (!std::isfinite(a->seconds) || a->seconds <= 0 || a->seconds > 3600) {
-      throw InputError("--seconds must be in (0, 3600], got " + std::to_string(a->seconds));
-    }
-    if (!(a->angle_tolerance > 0) || !(a->position_tolerance > 0) || !(a->hold >= 0) ||
-        !(a->speed_tolerance > 0) ||
-        !std::isfinite(a->angle_tolerance + a->position_tolerance + a->hold + a->speed_tolerance)) {
-      throw InputError(
-          "--angle-tolerance, --position-tolerance and --speed-tolerance must be > 0, --hold ≥ 0");
-    }
-    if (a->threads < 0) throw InputError("--threads must be ≥ 0");
-    if (!a->target_truth.empty() && a->target_image.empty()) {
-      throw InputError("--target-truth goes with --target-image (--target-state is the truth)");
-    }
-    ControllerOptions copt;
-    copt.kp = a->kp;
-    copt.kd = a->kd;
-    copt.gain_scale = ParseGainScale(a->gain_scale);
-    copt.u_max = a->u_max;
-    copt.tangent_projection = !a->raw_pinv;
-    copt.Validate();
-    torch::set_num_threads(a->threads > 0 ? a->threads
-                                          : int(std::max(1u, std::thread::hardware_concurrency())));
-    const torch::Device device = ResolveDevice(a->device);
-
-    const fs::path run(a->run);
-    if (!fs::exists(run)) throw IoError("run folder not found: '" + run.string() + "'");
-    Model net = LoadModel(run, device);
-    const ModelSpec spec = net->spec();
-    Environment env(spec.env);
-    CheckFullyActuated(spec, RunControlMode(run), env);
-    const std::vector<double> init = a->init_state.empty()
-                                         ? DefaultInitialState(spec.env)
-                                         : ParseJointState(env, a->init_state, "--init-state");
-    std::optional<std::vector<double>> truth;
-    if (!a->target_state.empty()) truth = ParseJointState(env, a->target_state, "--target-state");
-    if (!a->target_truth.empty()) truth = ParseJointState(env, a->target_truth, "--target-truth");
-    fs::path run_dir = fs::is_directory(run) ? run : run.parent_path();
-    if (!fs::is_directory(run) && run_dir.filename() == "checkpoints") {
-      run_dir = run_dir.parent_path();
-    }
-    const fs::path out = a->out.empty() ? run_dir / "control" : fs::path(a->out);
-
-    auto gl = GlContext::Create(ParseGlBackend(global->gl));
-    OffscreenRenderer renderer(env, *gl, spec.image_size);
-    LearnedControlModel model(net);
-    ControlTarget tgt = a->target_image.empty() ? TargetFromState(env, renderer, model, *truth)
-                                                : TargetFromImage(model, a->target_image);
-    env.Reset(init, std::vector<double>(size_t(env.nv()), 0.0));
-    EnergyShapingController controller(model, tgt.keypoints, copt);
-    ClosedLoop loop(env, renderer, model, controller);
-
-    const int steps_total = std::max(1, int(std::lround(a->seconds / env.timestep())));
-    // The video plays at real time with 25 frames a second at most (GIF delays in 1/100 s).
-    const int stride = std::max(1, int(std::lround(0.04 / env.timestep())));
-    const int delay_cs = std::max(2, int(std::lround(100.0 * stride * env.timestep())));
-    std::vector<ControlStep> steps;
-    std::vector<ControlFrame> frames;
-    steps.reserve(size_t(steps_total));
-    InterruptGuard guard;
-    ProgressBar bar("control", steps_total, "steps");
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps_total; ++i) {
-      if (InterruptRequested()) throw Interrupted("interrupted; no output written");
-      steps.push_back(loop.Step());
-      if (!a->no_video && i % stride == 0) frames.push_back({loop.frame(), size_t(i)});
-      bar.Update(i + 1);
-    }
-    bar.Finish();
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-    fs::create_directories(out);
-    WriteControlCsv(out / "control.csv", env, steps, truth);
-    WritePng(out / "target.png", tgt.image, spec.image_size, spec.image_size);
-    const std::vector<double> target_x(tgt.keypoints.data_ptr<double>(),
-                                       tgt.keypoints.data_ptr<double>() + tgt.keypoints.numel());
-    if (!a->no_video) {
-      WriteControlVideo(out / "control.gif", frames, spec.image_size, steps, target_x, delay_cs);
-    }
-
-    nlohmann::json j;
-    j["run"] = run.string();
-    j["env"] = EnvNameString(spec.env);
-    j["image_size"] = spec.image_size;
-    j["dt"] = env.timestep();
-    j["seconds"] = steps.back().time + env.timestep() - steps.front().time;
-    j["steps"] = steps.size();
-    j["controller"] = {{"kp", copt.kp},
-                       {"kd", copt.kd},
-                       {"gain_scale", GainScaleName(copt.gain_scale)},
-                       {"tangent_projection", copt.tangent_projection},
-                       {"u_max", copt.u_max}};
-    j["initial_qpos"] = init;
-    j["target_keypoints"] = target_x;
-    j["target_source"] = a->target_image.empty() ? "state" : a->target_image;
-    j["final_qpos"] = env.qpos();
-    j["steps_per_second"] = double(steps.size()) / wall;
-    double max_u = 0;
-    for (const auto& s : steps)
-      for (double u : s.action) max_u = std::max(max_u, std::abs(u));
-    j["max_abs_action"] = max_u;
-    std::string verdict_line;
-    if (truth) {
-      const auto tolerances = JointTolerances(env, a->angle_tolerance, a->position_tolerance);
-      ControlVerdict v = JudgeControl(env, steps, *truth, a->angle_tolerance, a->position_tolerance,
-                                      a->hold, a->speed_tolerance);
-      WriteErrorPlot(out / "errors.png", env, steps, *truth, tolerances,
-                     EnvNameString(spec.env) + ": true joint errors under energy shaping");
-      j["target_qpos"] = *truth;
-      j["verdict"] = {{"success", v.success},
-                      {"final_errors", v.final_errors},
-                      {"max_errors_hold", v.max_hold_errors},
-                      {"tolerances", v.tolerances},
-                      {"hold_seconds", v.hold_seconds},
-                      {"speed_tolerance", v.speed_tolerance},
-                      {"max_speed_hold", v.max_hold_speed},
-                      {"settle_time", std::isnan(v.settle_time) ? nlohmann::json(nullptr)
-                                                                : nlohmann::json(v.settle_time)}};
-      char settle[64], tol[96];
-      if (std::isnan(v.settle_time)) {
-        std::snprintf(settle, sizeof settle, "not settled at the end");
-      } else {
-        std::snprintf(settle, sizeof settle, "settled after %.2f s", v.settle_time);
-      }
-      if (spec.env == EnvName::kCartpole) {
-        std::snprintf(tol, sizeof tol, "tolerance %g rad, %g m", a->angle_tolerance,
-                      a->position_tolerance);
-      } else {
-        std::snprintf(tol, sizeof tol, "tolerance %g rad", a->angle_tolerance);
-      }
-      char hold[32], speed[96];
-      std::snprintf(hold, sizeof hold, "%g", a->hold);
-      std::snprintf(speed, sizeof speed, ", largest joint speed %.3g (tolerance %g)",
-                    v.max_hold_speed, v.speed_tolerance);
-      verdict_line = std::string(v.success ? "success" : "failure") + ": final error " +
-                     JoinErrors(env, v.final_errors) + "; max over the last " + hold + " s " +
-                     JoinErrors(env, v.max_hold_errors) + speed + "; " + settle + " (" + tol + ")";
-    } else {
-      j["verdict"] = nullptr;
-      verdict_line =
-          "no verdict: the true target state is unknown (pass --target-truth with "
-          "--target-image); final state " +
-          JoinErrors(env, env.qpos());
-    }
-    j["verdict_line"] = verdict_line;
-    WriteTextAtomically(out / "summary.json", j.dump(2) + "\n");
-    std::printf(
-        "%s: %zu steps of %.3f s in %.1f s wall (%.0f steps/s: render + estimate + "
-        "control + physics)\n",
-        EnvNameString(spec.env).c_str(), steps.size(), env.timestep(), wall,
-        double(steps.size()) / wall);
-    std::printf("verdict: %s\n", verdict_line.c_str());
-    std::printf("wrote %s (control.csv, %ssummary.json, target.png%s)\n", out.c_str(),
-                truth ? "errors.png, " : "", a->no_video ? "" : ", control.gif");
-    return 0;
-  };
+  return [a, global] { return RunControl(*a, *global); };
 }
 
 }  // namespace keycld::cli

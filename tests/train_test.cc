@@ -16,6 +16,7 @@
 #include "keycld/models/keypoint_model.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/loss.h"
+#include "keycld/train/metrics.h"
 #include "keycld/train/trainer.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/error.h"
@@ -321,6 +322,29 @@ TEST(Train, ResumesBitForBit) {
     steps += line.find("\"type\":\"step\"") != std::string::npos;
   }
   EXPECT_EQ(steps, 8);
+  // Stopped right at the end of epoch 1 (its validation record written), then resumed: the
+  // history equals the uninterrupted one, epoch record included, each step once and in order.
+  auto at_epoch = TinyRun(data, dir / "at_epoch");
+  at_epoch.config.max_steps = 5;
+  Train(at_epoch);
+  at_epoch.config.max_steps = 8;
+  at_epoch.resume = true;
+  Train(at_epoch);
+  const MetricsHistory want = ReadMetrics(dir / "straight/metrics.jsonl");
+  const MetricsHistory got = ReadMetrics(dir / "at_epoch/metrics.jsonl");
+  ASSERT_EQ(want.epochs.size(), 1u);
+  ASSERT_EQ(got.epochs.size(), 1u);
+  EXPECT_EQ(got.epochs[0].epoch, 1);
+  EXPECT_EQ(got.epochs[0].step, 5);
+  ASSERT_TRUE(want.epochs[0].vpt_mean && got.epochs[0].vpt_mean);
+  EXPECT_DOUBLE_EQ(*got.epochs[0].vpt_mean, *want.epochs[0].vpt_mean);
+  ASSERT_EQ(got.steps.size(), 8u);
+  for (size_t i = 0; i < got.steps.size(); ++i) {
+    EXPECT_EQ(got.steps[i].step, int64_t(i) + 1);
+    EXPECT_DOUBLE_EQ(got.steps[i].loss, want.steps[i].loss) << "step " << i + 1;
+  }
+  EXPECT_GT(TrainingSeconds(got), 0.0);
+  EXPECT_LE(TrainingSeconds(got, 1), TrainingSeconds(got));
 }
 
 TEST(Train, RefusesBadInput) {

@@ -3,16 +3,15 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
-
-#include <cstdlib>
-#include <unistd.h>
 
 #include "hdf5.h"
 #include "keycld/sim/offscreen_renderer.h"
@@ -287,6 +286,195 @@ bool SameParameters(const DatasetInfo& i, const GenerateOptions& o) {
          i.size == o.size && i.seed == o.seed;
 }
 
+// An existing file with the same parameters is kept (and reported as reused) unless --force;
+// one with other parameters, or that is not a data set, is refused.
+bool ReuseExisting(const GenerateOptions& o, GenerateResult* result) {
+  if (fs::is_directory(result->path)) {
+    throw IoError("'" + result->path.string() + "' is a directory, not a data set file");
+  }
+  if (!fs::exists(result->path) || o.force) return false;
+  Dataset existing = [&] {
+    try {
+      return Dataset::Open(result->path);
+    } catch (const Error& e) {
+      throw FormatError(std::string(e.what()) +
+                        "; the existing file is not a valid data set: rerun with --force");
+    }
+  }();
+  if (!SameParameters(existing.info(), o)) {
+    throw InputError("'" + result->path.string() +
+                     "' exists with other generation parameters: rerun with --force");
+  }
+  result->reused = true;
+  result->info = existing.info();
+  return true;
+}
+
+// Exact per-pixel sums over all frames, for the mean image and the VPT threshold ε (§8).
+// Integer sums are exact, so the result does not depend on the order runs arrive in.
+class PixelStatistics {
+ public:
+  explicit PixelStatistics(size_t pixels) : sum_(pixels, 0), sum_sq_(pixels, 0) {}
+  void AddFrames(const uint8_t* frames, int count) {
+    const size_t P = sum_.size();
+    for (int t = 0; t < count; ++t) {
+      const uint8_t* f = frames + size_t(t) * P;
+      for (size_t q = 0; q < P; ++q) {
+        sum_[q] += f[q];
+        sum_sq_[q] += uint64_t(f[q]) * f[q];
+      }
+    }
+    frames_ += count;
+  }
+  // The mean image in [0, 1] (mean over runs of each run's time average = mean over all
+  // frames) and ε = mean over runs of the per-pixel MSE to it, in [0, 1]² units.
+  std::vector<float> MeanImage() const {
+    std::vector<float> mean(sum_.size());
+    for (size_t p = 0; p < sum_.size(); ++p) mean[p] = float(double(sum_[p]) / frames_ / 255.0);
+    return mean;
+  }
+  double Epsilon() const {
+    double sq_err = 0;
+    for (size_t p = 0; p < sum_.size(); ++p) {
+      const double m = double(sum_[p]) / frames_;
+      sq_err += double(sum_sq_[p]) - 2.0 * m * double(sum_[p]) + frames_ * m * m;
+    }
+    return sq_err / (frames_ * double(sum_.size())) / (255.0 * 255.0);
+  }
+
+ private:
+  std::vector<uint64_t> sum_, sum_sq_;
+  double frames_ = 0;
+};
+
+// The HDF5 file of a data set (format: dataset.h) under construction at `path` (the atomic
+// file's temporary): runs and grid images arrive in any order, then Finish writes the
+// statistics, the split and the attributes and closes every handle.
+class DatasetWriter {
+ public:
+  DatasetWriter(const fs::path& path, const GenerateOptions& o, const Environment& prototype,
+                int grid_size)
+      : o_(o),
+        nq_(prototype.nq()),
+        nv_(prototype.nv()),
+        nu_(prototype.nu()),
+        dt_(prototype.timestep()),
+        stats_(size_t(o.size) * o.size * 3) {
+    path_ = path;
+    file_ = h5::Check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                      "cannot create HDF5 file '" + path.string() + "'");
+    const hsize_t R = o.runs, N = o.frames, S = o.size, G = hsize_t(grid_size);
+    images_ = h5::CreateDataset(file_, "images", H5T_STD_U8LE, {R, N, S, S, 3}, {1, N, S, S, 3}, 4);
+    time_ = h5::CreateDataset(file_, "time", H5T_IEEE_F64LE, {R, N}, {}, 0);
+    action_ = h5::CreateDataset(file_, "action", H5T_IEEE_F64LE, {R, N, hsize_t(nu_)}, {}, 0);
+    qpos_ = h5::CreateDataset(file_, "qpos", H5T_IEEE_F64LE, {R, N, hsize_t(nq_)}, {}, 0);
+    qvel_ = h5::CreateDataset(file_, "qvel", H5T_IEEE_F64LE, {R, N, hsize_t(nv_)}, {}, 0);
+    grid_ = h5::Check(H5Gcreate2(file_, "grid", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                      "cannot create group grid");
+    grid_images_ = h5::CreateDataset(grid_, "images", H5T_STD_U8LE, {G, S, S, 3}, {1, S, S, 3}, 4);
+    grid_qpos_ = h5::CreateDataset(grid_, "qpos", H5T_IEEE_F64LE, {G, hsize_t(nq_)}, {}, 0);
+  }
+
+  // A run's message from a worker: images, then time, action, qpos and qvel per frame.
+  void WriteRun(hsize_t i, const std::vector<char>& payload) {
+    const hsize_t N = o_.frames, S = o_.size;
+    const size_t P = size_t(S) * S * 3;
+    if (payload.size() != P * N + sizeof(double) * N * (1 + nu_ + nq_ + nv_)) {
+      throw IoError("a render worker sent a malformed run");
+    }
+    const uint8_t* images = reinterpret_cast<const uint8_t*>(payload.data());
+    const double* time = reinterpret_cast<const double*>(payload.data() + P * N);
+    const double* action = time + N;
+    const double* qpos = action + N * nu_;
+    const double* qvel = qpos + N * nq_;
+    h5::WriteSlab(images_, H5T_NATIVE_UINT8, images, {i, 0, 0, 0, 0}, {1, N, S, S, 3}, "images");
+    h5::WriteSlab(time_, H5T_NATIVE_DOUBLE, time, {i, 0}, {1, N}, "time");
+    h5::WriteSlab(action_, H5T_NATIVE_DOUBLE, action, {i, 0, 0}, {1, N, hsize_t(nu_)}, "action");
+    h5::WriteSlab(qpos_, H5T_NATIVE_DOUBLE, qpos, {i, 0, 0}, {1, N, hsize_t(nq_)}, "qpos");
+    h5::WriteSlab(qvel_, H5T_NATIVE_DOUBLE, qvel, {i, 0, 0}, {1, N, hsize_t(nv_)}, "qvel");
+    stats_.AddFrames(images, o_.frames);
+  }
+
+  // A state-grid image's message: the image, then its qpos.
+  void WriteGridImage(hsize_t g, const std::vector<char>& payload) {
+    const hsize_t S = o_.size;
+    const size_t P = size_t(S) * S * 3;
+    if (payload.size() != P + sizeof(double) * nq_) {
+      throw IoError("a render worker sent a malformed grid image");
+    }
+    h5::WriteSlab(grid_images_, H5T_NATIVE_UINT8, payload.data(), {g, 0, 0, 0}, {1, S, S, 3},
+                  "grid/images");
+    h5::WriteSlab(grid_qpos_, H5T_NATIVE_DOUBLE, payload.data() + P, {g, 0}, {1, hsize_t(nq_)},
+                  "grid/qpos");
+  }
+
+  void Finish(const std::string& gl_backend, const std::string& gl_renderer) {
+    const hsize_t S = o_.size;
+    h5::Id mean = h5::CreateDataset(file_, "mean_image", H5T_IEEE_F32LE, {S, S, 3}, {}, 0);
+    const std::vector<float> mean_image = stats_.MeanImage();
+    h5::WriteSlab(mean, H5T_NATIVE_FLOAT, mean_image.data(), {0, 0, 0}, {S, S, 3}, "mean_image");
+    mean.Reset();
+    WriteSplit();
+    WriteAttributes(gl_backend, gl_renderer);
+    // Close every handle before the rename.
+    for (h5::Id* id :
+         {&images_, &time_, &action_, &qpos_, &qvel_, &grid_images_, &grid_qpos_, &grid_})
+      id->Reset();
+    if (H5Fclose(file_.Release()) < 0) {
+      throw IoError("cannot finish '" + path_.string() + "' (disk full?)");
+    }
+  }
+
+ private:
+  // The last ValidationRunCount(R) runs validate, the others train (§7).
+  void WriteSplit() {
+    const int R = o_.runs, V = ValidationRunCount(R);
+    std::vector<int64_t> train, validation;
+    for (int r = 0; r < R; ++r) (r < R - V ? train : validation).push_back(r);
+    h5::Id split = h5::Check(H5Gcreate2(file_, "split", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                             "cannot create group split");
+    h5::Id d_train = h5::CreateDataset(split, "train", H5T_STD_I64LE, {hsize_t(R - V)}, {}, 0);
+    h5::Id d_val = h5::CreateDataset(split, "validation", H5T_STD_I64LE, {hsize_t(V)}, {}, 0);
+    if (R - V > 0) {
+      h5::WriteSlab(d_train, H5T_NATIVE_INT64, train.data(), {0}, {hsize_t(R - V)}, "split/train");
+    }
+    if (V > 0) {
+      h5::WriteSlab(d_val, H5T_NATIVE_INT64, validation.data(), {0}, {hsize_t(V)},
+                    "split/validation");
+    }
+  }
+
+  void WriteAttributes(const std::string& gl_backend, const std::string& gl_renderer) {
+    const int R = o_.runs, V = ValidationRunCount(R);
+    h5::WriteAttr(file_, "format", std::string(kDatasetFormatName));
+    h5::WriteAttr(file_, "format_version", int64_t(kDatasetFormatVersion));
+    h5::WriteAttr(file_, "env", EnvNameString(o_.env));
+    h5::WriteAttr(file_, "control", ControlModeString(o_.control));
+    h5::WriteAttr(file_, "runs", int64_t(R));
+    h5::WriteAttr(file_, "frames", int64_t(o_.frames));
+    h5::WriteAttr(file_, "size", int64_t(o_.size));
+    h5::WriteAttr(file_, "seed", int64_t(o_.seed));
+    h5::WriteAttr(file_, "nq", int64_t(nq_));
+    h5::WriteAttr(file_, "nv", int64_t(nv_));
+    h5::WriteAttr(file_, "nu", int64_t(nu_));
+    h5::WriteAttr(file_, "dt", dt_);
+    h5::WriteAttr(file_, "vpt_epsilon", stats_.Epsilon());
+    h5::WriteAttr(file_, "train_runs", int64_t(R - V));
+    h5::WriteAttr(file_, "validation_runs", int64_t(V));
+    h5::WriteAttr(file_, "mujoco_version", MujocoVersion());
+    h5::WriteAttr(file_, "keycld_version", std::string(KEYCLD_VERSION));
+    h5::WriteAttr(file_, "gl_backend", gl_backend);
+    h5::WriteAttr(file_, "gl_renderer", gl_renderer);
+  }
+
+  const GenerateOptions& o_;
+  const int nq_, nv_, nu_;
+  const double dt_;
+  PixelStatistics stats_;
+  fs::path path_;
+  h5::Id file_, images_, time_, action_, qpos_, qvel_, grid_, grid_images_, grid_qpos_;
+};
+
 }  // namespace
 
 GenerateResult GenerateDataset(const GenerateOptions& o) {
@@ -294,26 +482,7 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   h5::Quiet();
   GenerateResult result;
   result.path = DatasetPath(o);
-  if (fs::is_directory(result.path)) {
-    throw IoError("'" + result.path.string() + "' is a directory, not a data set file");
-  }
-  if (fs::exists(result.path) && !o.force) {
-    Dataset existing = [&] {
-      try {
-        return Dataset::Open(result.path);
-      } catch (const Error& e) {
-        throw FormatError(std::string(e.what()) +
-                          "; the existing file is not a valid data set: rerun with --force");
-      }
-    }();
-    if (!SameParameters(existing.info(), o)) {
-      throw InputError("'" + result.path.string() +
-                       "' exists with other generation parameters: rerun with --force");
-    }
-    result.reused = true;
-    result.info = existing.info();
-    return result;
-  }
+  if (ReuseExisting(o, &result)) return result;
 
   InterruptGuard interrupt_guard;
   // Mesa's llvmpipe rasterizes on helper threads by default; the worker processes already fill
@@ -321,11 +490,8 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   // A value set by the user is kept.
   ::setenv("LP_NUM_THREADS", "0", /*overwrite=*/0);
   const Environment prototype(o.env, o.assets_dir);
-  const int nq = prototype.nq(), nv = prototype.nv(), nu = prototype.nu();
-  const int R = o.runs, N = o.frames, S = o.size;
   const auto grid = StateGrid(o.env);
-  const int G = int(grid.size());
-  const int total_items = R + G;
+  const int R = o.runs, total_items = R + int(grid.size());
   int workers = o.workers > 0 ? o.workers : int(std::max(1u, std::thread::hardware_concurrency()));
   workers = std::min(workers, R);
 
@@ -333,29 +499,9 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   WorkerPool pool(WorkerJob{&o, &prototype, &grid, 0, workers, total_items});
   AtomicFile out(result.path);
-  h5::Id file = h5::Check(
-      H5Fcreate(out.temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-      "cannot create HDF5 file '" + out.temp_path().string() + "'");
-  const hsize_t hR = R, hN = N, hS = S;
-  h5::Id d_images = h5::CreateDataset(file, "images", H5T_STD_U8LE, {hR, hN, hS, hS, 3},
-                                      {1, hN, hS, hS, 3}, 4);
-  h5::Id d_time = h5::CreateDataset(file, "time", H5T_IEEE_F64LE, {hR, hN}, {}, 0);
-  h5::Id d_action =
-      h5::CreateDataset(file, "action", H5T_IEEE_F64LE, {hR, hN, hsize_t(nu)}, {}, 0);
-  h5::Id d_qpos = h5::CreateDataset(file, "qpos", H5T_IEEE_F64LE, {hR, hN, hsize_t(nq)}, {}, 0);
-  h5::Id d_qvel = h5::CreateDataset(file, "qvel", H5T_IEEE_F64LE, {hR, hN, hsize_t(nv)}, {}, 0);
-  h5::Id g_grid = h5::Check(H5Gcreate2(file, "grid", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                            "cannot create group grid");
-  h5::Id d_grid_images = h5::CreateDataset(g_grid, "images", H5T_STD_U8LE,
-                                           {hsize_t(G), hS, hS, 3}, {1, hS, hS, 3}, 4);
-  h5::Id d_grid_qpos =
-      h5::CreateDataset(g_grid, "qpos", H5T_IEEE_F64LE, {hsize_t(G), hsize_t(nq)}, {}, 0);
-
-  // Writer (this process): HDF5 writes and the exact statistics for ε.
-  const size_t P = size_t(S) * S * 3;
-  std::vector<uint64_t> sum(P, 0), sum_sq(P, 0);
+  DatasetWriter writer(out.temp_path(), o, prototype, int(grid.size()));
   ProgressBar bar("generate " + EnvNameString(o.env) + "/" + ControlModeString(o.control),
-                  int64_t(R) * N, "frames", o.progress && ::isatty(2));
+                  int64_t(R) * o.frames, "frames", o.progress && ::isatty(2));
   std::string gl_backend, gl_renderer;
   int done = 0, frames_done = 0;
   MessageHeader header;
@@ -372,103 +518,20 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
       gl_renderer = info.substr(info.find('\n') + 1);
       continue;
     }
-    const hsize_t i = hsize_t(header.index);
-    const char* p = payload.data();
     if (header.index < R) {
-      const uint8_t* images = reinterpret_cast<const uint8_t*>(p);
-      const double* time = reinterpret_cast<const double*>(p + P * N);
-      const double* action = time + N;
-      const double* qpos = action + N * nu;
-      const double* qvel = qpos + N * nq;
-      if (payload.size() != P * N + sizeof(double) * N * (1 + nu + nq + nv)) {
-        throw IoError("a render worker sent a malformed run");
-      }
-      h5::WriteSlab(d_images, H5T_NATIVE_UINT8, images, {i, 0, 0, 0, 0}, {1, hN, hS, hS, 3},
-                    "images");
-      h5::WriteSlab(d_time, H5T_NATIVE_DOUBLE, time, {i, 0}, {1, hN}, "time");
-      h5::WriteSlab(d_action, H5T_NATIVE_DOUBLE, action, {i, 0, 0}, {1, hN, hsize_t(nu)},
-                    "action");
-      h5::WriteSlab(d_qpos, H5T_NATIVE_DOUBLE, qpos, {i, 0, 0}, {1, hN, hsize_t(nq)}, "qpos");
-      h5::WriteSlab(d_qvel, H5T_NATIVE_DOUBLE, qvel, {i, 0, 0}, {1, hN, hsize_t(nv)}, "qvel");
-      // Integer sums are exact, so ε does not depend on the order runs arrive in.
-      for (int t = 0; t < N; ++t) {
-        const uint8_t* f = images + t * P;
-        for (size_t q = 0; q < P; ++q) {
-          sum[q] += f[q];
-          sum_sq[q] += uint64_t(f[q]) * f[q];
-        }
-      }
-      frames_done += N;
+      writer.WriteRun(hsize_t(header.index), payload);
+      frames_done += o.frames;
       bar.Update(frames_done);
     } else {
-      if (payload.size() != P + sizeof(double) * nq) {
-        throw IoError("a render worker sent a malformed grid image");
-      }
-      const hsize_t g = i - hsize_t(R);
-      h5::WriteSlab(d_grid_images, H5T_NATIVE_UINT8, p, {g, 0, 0, 0}, {1, hS, hS, 3},
-                    "grid/images");
-      h5::WriteSlab(d_grid_qpos, H5T_NATIVE_DOUBLE, p + P, {g, 0}, {1, hsize_t(nq)},
-                    "grid/qpos");
+      writer.WriteGridImage(hsize_t(header.index - R), payload);
     }
     ++done;
   }
   pool.Join();
   bar.Finish();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.frames_per_second = double(R) * N / result.seconds;
-
-  // Mean image (mean over runs of each run's time average = mean over all frames) and the VPT
-  // threshold ε = mean over runs of the per-pixel MSE to the mean image (KEYCLD.md §8).
-  const double count = double(R) * N;
-  std::vector<float> mean(P);
-  double sq_err = 0;
-  for (size_t p = 0; p < P; ++p) {
-    double m = double(sum[p]) / count;
-    mean[p] = float(m / 255.0);
-    sq_err += double(sum_sq[p]) - 2.0 * m * double(sum[p]) + count * m * m;
-  }
-  const double epsilon = sq_err / (count * double(P)) / (255.0 * 255.0);
-  h5::Id d_mean = h5::CreateDataset(file, "mean_image", H5T_IEEE_F32LE, {hS, hS, 3}, {}, 0);
-  h5::WriteSlab(d_mean, H5T_NATIVE_FLOAT, mean.data(), {0, 0, 0}, {hS, hS, 3}, "mean_image");
-
-  const int V = ValidationRunCount(R);
-  std::vector<int64_t> train(R - V), validation(V);
-  for (int r = 0; r < R; ++r) (r < R - V ? train[r] : validation[r - (R - V)]) = r;
-  h5::Id g_split = h5::Check(H5Gcreate2(file, "split", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                             "cannot create group split");
-  h5::Id d_train = h5::CreateDataset(g_split, "train", H5T_STD_I64LE, {hsize_t(R - V)}, {}, 0);
-  h5::Id d_val = h5::CreateDataset(g_split, "validation", H5T_STD_I64LE, {hsize_t(V)}, {}, 0);
-  if (R - V > 0) h5::WriteSlab(d_train, H5T_NATIVE_INT64, train.data(), {0}, {hsize_t(R - V)},
-                               "split/train");
-  if (V > 0) h5::WriteSlab(d_val, H5T_NATIVE_INT64, validation.data(), {0}, {hsize_t(V)},
-                           "split/validation");
-
-  h5::WriteAttr(file, "format", std::string(kDatasetFormatName));
-  h5::WriteAttr(file, "format_version", int64_t(kDatasetFormatVersion));
-  h5::WriteAttr(file, "env", EnvNameString(o.env));
-  h5::WriteAttr(file, "control", ControlModeString(o.control));
-  h5::WriteAttr(file, "runs", int64_t(R));
-  h5::WriteAttr(file, "frames", int64_t(N));
-  h5::WriteAttr(file, "size", int64_t(S));
-  h5::WriteAttr(file, "seed", int64_t(o.seed));
-  h5::WriteAttr(file, "nq", int64_t(nq));
-  h5::WriteAttr(file, "nv", int64_t(nv));
-  h5::WriteAttr(file, "nu", int64_t(nu));
-  h5::WriteAttr(file, "dt", prototype.timestep());
-  h5::WriteAttr(file, "vpt_epsilon", epsilon);
-  h5::WriteAttr(file, "train_runs", int64_t(R - V));
-  h5::WriteAttr(file, "validation_runs", int64_t(V));
-  h5::WriteAttr(file, "mujoco_version", MujocoVersion());
-  h5::WriteAttr(file, "keycld_version", std::string(KEYCLD_VERSION));
-  h5::WriteAttr(file, "gl_backend", gl_backend);
-  h5::WriteAttr(file, "gl_renderer", gl_renderer);
-  // Close every handle before the rename.
-  for (h5::Id* id : {&d_images, &d_time, &d_action, &d_qpos, &d_qvel, &d_grid_images,
-                     &d_grid_qpos, &g_grid, &d_mean, &d_train, &d_val, &g_split})
-    id->Reset();
-  if (H5Fclose(file.Release()) < 0) {
-    throw IoError("cannot finish '" + out.temp_path().string() + "' (disk full?)");
-  }
+  result.frames_per_second = double(R) * o.frames / result.seconds;
+  writer.Finish(gl_backend, gl_renderer);
   // Check the finished file before it replaces anything.
   result.info = Dataset::Open(out.temp_path()).info();
   out.Commit();

@@ -15,6 +15,7 @@
 
 #include "keycld/eval/plot.h"
 #include "keycld/train/checkpoint.h"
+#include "keycld/train/metrics.h"
 #include "keycld/train/trainer.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/atomic_file.h"
@@ -150,18 +151,6 @@ bool ReadCachedCell(const fs::path& file, const TrainConfig& cfg, const fs::path
   }
   cell->cached = true;
   return true;
-}
-
-// Sum of the step times of epochs 1 … epochs in a run's metrics.jsonl.
-double TrainSeconds(const fs::path& metrics, int epochs) {
-  std::ifstream in(metrics);
-  double total = 0;
-  for (std::string line; std::getline(in, line);) {
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || j.value("type", "") != "step") continue;
-    if (j.value("epoch", 0) <= epochs) total += j.value("seconds", 0.0);
-  }
-  return total;
 }
 
 // The settings of a saved run that must equal the wanted ones (everything but the schedule
@@ -532,7 +521,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
           throw IoError("training of '" + cell.dir.string() + "' ended without " +
                         checkpoint.string());
         }
-        cell.train_seconds = TrainSeconds(cell.dir / "metrics.jsonl", cfg.epochs);
+        cell.train_seconds = TrainingSeconds(ReadMetrics(cell.dir / "metrics.jsonl"), cfg.epochs);
         if (!cell.failed) {
           const auto eval_start = std::chrono::steady_clock::now();
           const int threads = cfg.threads > 0

@@ -16,6 +16,7 @@
 #include "keycld/sim/environment.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/config.h"
+#include "keycld/train/metrics.h"
 #include "keycld/train/trained_run.h"
 #include "keycld/train/trainer.h"
 #include "keycld/util/atomic_file.h"
@@ -45,34 +46,6 @@ namespace {
 std::vector<double> ToVector(const torch::Tensor& t) {
   torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat64).contiguous().flatten();
   return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
-}
-
-struct MetricsHistory {
-  std::vector<double> step, loss, rec, dyn, bce;
-  std::vector<double> epoch, vpt_mean, vpt_std;
-};
-
-// metrics.jsonl of the trainer; a malformed line (an interrupted write) is skipped.
-MetricsHistory ReadMetrics(const fs::path& file) {
-  MetricsHistory m;
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("type")) continue;
-    if (j["type"] == "step" && j.contains("loss")) {
-      m.step.push_back(j.value("step", 0.0));
-      m.loss.push_back(j.value("loss", 0.0));
-      m.rec.push_back(j.value("rec", 0.0));
-      m.dyn.push_back(j.value("dyn", 0.0));
-      m.bce.push_back(j.value("bce", 0.0));
-    } else if (j["type"] == "epoch" && j.contains("val_vpt_mean")) {
-      m.epoch.push_back(j.value("epoch", 0.0));
-      m.vpt_mean.push_back(j.value("val_vpt_mean", 0.0));
-      m.vpt_std.push_back(j.value("val_vpt_std", 0.0));
-    }
-  }
-  return m;
 }
 
 // Least-squares fit y ≈ a·x + b; returns R² and a.
@@ -269,30 +242,42 @@ void PlotErrors(const EvaluationReport& r, const fs::path& out) {
 
 void PlotTraining(const fs::path& run_dir, int val_runs, const fs::path& out,
                   std::vector<fs::path>* files) {
-  MetricsHistory m = ReadMetrics(run_dir / "metrics.jsonl");
-  if (!m.step.empty()) {
-    const int window = std::max<int>(1, int(m.step.size() / 100));
+  const MetricsHistory m = ReadMetrics(run_dir / "metrics.jsonl");
+  if (!m.steps.empty()) {
+    const int window = std::max<int>(1, int(m.steps.size() / 100));
     PlotOptions pl;
     pl.title = "training losses (moving average over " + std::to_string(window) + " steps)";
     pl.x_label = "step";
     pl.y_label = "loss";
     pl.log_y = true;
+    std::vector<double> step;
+    for (const StepRecord& r : m.steps) step.push_back(double(r.step));
     std::vector<PlotSeries> series;
-    for (auto [label, values] : {std::pair{"total", &m.loss}, std::pair{"reconstruction", &m.rec},
-                                 std::pair{"dynamics", &m.dyn}, std::pair{"heatmap BCE", &m.bce}}) {
-      series.push_back({label, m.step, ClampPositive(MovingAverage(*values, window)), {}});
+    for (auto [label, field] :
+         {std::pair{"total", &StepRecord::loss}, std::pair{"reconstruction", &StepRecord::rec},
+          std::pair{"dynamics", &StepRecord::dyn}, std::pair{"heatmap BCE", &StepRecord::bce}}) {
+      std::vector<double> values;
+      for (const StepRecord& r : m.steps) values.push_back(r.*field);
+      series.push_back({label, step, ClampPositive(MovingAverage(values, window)), {}});
     }
     WriteLinePlot(out / "training_loss.png", series, pl);
     files->push_back(out / "training_loss.png");
   }
-  if (!m.epoch.empty()) {
+  std::vector<double> epoch, vpt_mean, vpt_std;
+  for (const EpochRecord& r : m.epochs) {
+    if (!r.vpt_mean) continue;
+    epoch.push_back(double(r.epoch));
+    vpt_mean.push_back(*r.vpt_mean);
+    vpt_std.push_back(r.vpt_std.value_or(0.0));
+  }
+  if (!epoch.empty()) {
     PlotOptions pv;
     pv.title = "validation VPT after each epoch (first " + std::to_string(val_runs) +
                " validation runs, mean ± std)";
     pv.x_label = "epoch";
     pv.y_label = "VPT (frames)";
     pv.y_min = 0;
-    WriteLinePlot(out / "training_vpt.png", {{"VPT", m.epoch, m.vpt_mean, m.vpt_std}}, pv);
+    WriteLinePlot(out / "training_vpt.png", {{"VPT", epoch, vpt_mean, vpt_std}}, pv);
     files->push_back(out / "training_vpt.png");
   }
 }

@@ -16,6 +16,7 @@
 #include "keycld/sim/offscreen_renderer.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/config.h"
+#include "keycld/train/trained_run.h"
 #include "keycld/train/trainer.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/atomic_file.h"
@@ -37,34 +38,6 @@ constexpr Rgb kWhite = {255, 255, 255}, kValid = {40, 170, 60}, kInvalid = {215,
 
 void CheckInterrupt() {
   if (InterruptRequested()) throw Interrupted("interrupted; no prediction files were written");
-}
-
-std::string Describe(EnvName env, int size, int nu, double dt) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%s at %dx%d px, %d actuator%s, dt %g s",
-                EnvNameString(env).c_str(), size, size, nu, nu == 1 ? "" : "s", dt);
-  return buf;
-}
-
-// The data set named by the run's config: relative to the working directory, or else to the
-// folder above runs/ (where `keycld run` keeps data/ next to runs/).
-fs::path FindDataSet(const PredictOptions& o, const fs::path& config_file, TrainConfig* config) {
-  if (!o.data.empty()) {
-    if (!fs::exists(o.data)) throw IoError("data set not found: '" + o.data.string() + "'");
-    return o.data;
-  }
-  if (!fs::exists(config_file)) {
-    throw InputError("'" + config_file.string() +
-                     "' does not exist, so the run names no data set: pass --data FILE");
-  }
-  const fs::path named = config->DataFile();
-  if (fs::exists(named)) return named;
-  fs::path run = fs::absolute(o.run_dir).lexically_normal();
-  if (run.filename().empty()) run = run.parent_path();  // "runs/x/"
-  const fs::path beside = run.parent_path().parent_path() / named;
-  if (named.is_relative() && fs::exists(beside)) return beside;
-  throw IoError("data set '" + named.string() + "' named by '" + config_file.string() +
-                "' not found: pass --data FILE");
 }
 
 // uint8 [count, H, W, 3] → float [count, 3, H, W] in [0, 1] on `device`.
@@ -137,6 +110,179 @@ void WriteMsePlot(const fs::path& path, const PredictionOutput& r, const std::st
   WriteLinePlot(path, {mse, vpt}, o);
 }
 
+// The option checks that need no file, then the run (OpenTrainedRun) and the validation run.
+TrainedRun OpenForPrediction(const PredictOptions& o) {
+  if (o.frames < 3 || o.frames > kMaxFrames) {
+    throw InputError("--frames must be in [3, " + std::to_string(kMaxFrames) +
+                     "] (the prediction starts from three frames), got " +
+                     std::to_string(o.frames));
+  }
+  if (o.scale < 1 || o.scale > 16) {
+    throw InputError("--scale must be in [1, 16], got " + std::to_string(o.scale));
+  }
+  if (o.run < 0) throw InputError("--run must be ≥ 0, got " + std::to_string(o.run));
+  if (o.threads < 0 || o.threads > 1024) {
+    throw InputError("--threads must be in [0, 1024] (0 = every core), got " +
+                     std::to_string(o.threads));
+  }
+  if (o.run_dir.empty()) throw InputError("no run folder given");
+  if (!fs::is_directory(o.run_dir)) {
+    throw InputError("run folder '" + o.run_dir.string() + "' does not exist");
+  }
+  const fs::path checkpoint =
+      o.checkpoint.empty() ? o.run_dir / "checkpoints" / "last.pt" : o.checkpoint;
+  if (!fs::exists(checkpoint)) {
+    throw InputError("no checkpoint in '" + o.run_dir.string() + "': '" + checkpoint.string() +
+                     "' does not exist (train the run first)");
+  }
+  const fs::path config_file = o.run_dir / "config.toml";
+  if (o.data.empty() && !fs::exists(config_file)) {
+    throw InputError("'" + config_file.string() +
+                     "' does not exist, so the run names no data set: pass --data FILE");
+  }
+  if (!o.data.empty() && !fs::exists(o.data)) {
+    throw IoError("data set not found: '" + o.data.string() + "'");
+  }
+  TrainedRunOptions to;
+  to.run = o.run_dir;
+  to.checkpoint = checkpoint;
+  to.data = o.data;
+  to.device = o.device;
+  to.threads = o.threads;
+  TrainedRun run = OpenTrainedRun(to);
+  const std::vector<int64_t> validation = run.data->ValidationRuns();
+  if (o.run >= int(validation.size())) {
+    throw InputError(
+        "--run " + std::to_string(o.run) + " is out of range: '" + run.data_file.string() +
+        "' has " + std::to_string(validation.size()) + " validation runs" +
+        (validation.empty() ? "" : " (0 to " + std::to_string(validation.size() - 1) + ")"));
+  }
+  return run;
+}
+
+// Ground truth of r->dataset_run: the stored frames, then the same simulator beyond them.
+std::vector<uint8_t> GroundTruthFrames(const Dataset& data, GlBackend gl, PredictionOutput* r) {
+  const DatasetInfo& info = data.info();
+  r->stored_frames = std::min(r->frames, info.frames);
+  r->simulated_frames = r->frames - r->stored_frames;
+  std::vector<uint8_t> truth = data.ReadImages(r->dataset_run);
+  truth.resize(size_t(info.size) * info.size * 3 * size_t(r->stored_frames));
+  if (r->simulated_frames > 0) {
+    std::vector<uint8_t> more =
+        ResimulateFrames(data, r->dataset_run, info.frames - 1, r->simulated_frames, gl);
+    truth.insert(truth.end(), more.begin(), more.end());
+  }
+  return truth;
+}
+
+// The keypoint prediction from the first three frames (§8): Dormand–Prince at the run
+// config's tolerances. Returns float [F, K, 2] on the CPU.
+torch::Tensor PredictFromFirstFrames(Model& model, const TrainedRun& run,
+                                     std::vector<uint8_t>& truth, PredictionOutput* r) {
+  const DatasetInfo& info = run.data->info();
+  const int S = info.size;
+  const std::vector<double> action = run.data->ReadAction(r->dataset_run);
+  torch::Tensor actions =
+      torch::tensor(std::vector<double>(action.begin(), action.begin() + info.nu))
+          .to(torch::kFloat32)
+          .reshape({1, info.nu});
+  torch::Tensor first3 = torch::from_blob(truth.data(), {1, 3, S, S, 3}, torch::kUInt8).clone();
+  IntegratorOptions io;
+  io.rtol = run.config.rtol;
+  io.atol = run.config.atol;
+  io.max_steps = std::max<int64_t>(io.max_steps, int64_t(r->frames) * 2000);
+  KeypointPrediction prediction =
+      PredictKeypoints(model, first3, actions, r->frames, IntegratorMethod::kDopri5, io);
+  r->accepted_steps = prediction.accepted_steps;
+  r->rejected_steps = prediction.rejected_steps;
+  return prediction.keypoints[0].to(torch::kCPU).contiguous();
+}
+
+// The predicted frames rendered, the estimator's reading of the true frames, and the MSE of
+// every frame (r->mse, r->vpt).
+struct ScoredFrames {
+  torch::Tensor rendered;   // [F, 3, S, S]
+  torch::Tensor heatmaps;   // [F, K, S, S]
+  torch::Tensor estimated;  // [F, K, 2]
+};
+
+ScoredFrames ScoreFrames(Model& model, const std::vector<uint8_t>& truth,
+                         const torch::Tensor& predicted, int S, const torch::Device& device,
+                         ProgressBar& bar, PredictionOutput* r) {
+  const int F = r->frames;
+  std::vector<torch::Tensor> rendered, heatmaps, estimates, mses;
+  torch::NoGradGuard no_grad;
+  for (int64_t s = 0; s < F; s += kChunk) {
+    const int64_t n = std::min<int64_t>(kChunk, F - s);
+    torch::Tensor images = FramesToFloat(truth, s, n, S, device);
+    torch::Tensor out = model->Render(predicted.slice(0, s, s + n).to(device));
+    Encoding enc = model->Encode(images);
+    mses.push_back((out - images).square().mean({1, 2, 3}).to(torch::kCPU));
+    rendered.push_back(out.to(torch::kCPU));
+    heatmaps.push_back(enc.heatmaps.to(torch::kCPU));
+    estimates.push_back(enc.keypoints.to(torch::kCPU, torch::kFloat32));
+    bar.Update(s + n);
+    CheckInterrupt();
+  }
+  torch::Tensor mse = torch::cat(mses).to(torch::kFloat64).reshape({1, F});
+  VptResult vpt = VptFromMse(mse, r->epsilon);
+  r->vpt = vpt.vpt[0];
+  r->mse.assign(vpt.mse.data_ptr<double>(), vpt.mse.data_ptr<double>() + F);
+  return {torch::cat(rendered), torch::cat(heatmaps), torch::cat(estimates).contiguous()};
+}
+
+// One GIF frame: truth | heatmaps with the estimated keypoints | prediction with the predicted
+// keypoints | error, over a timeline of valid (green) and invalid (red) frames up to t.
+Canvas ComposeFrame(int t, const std::vector<uint8_t>& truth, const ScoredFrames& scored,
+                    const torch::Tensor& predicted, const PredictionOutput& r, int S, int s) {
+  const int F = r.frames, K = int(predicted.size(1)), gap = 2 * s, strip = std::max(3, s);
+  const size_t frame_bytes = size_t(S) * S * 3;
+  auto est = scored.estimated.accessor<float, 3>();
+  auto pred = predicted.accessor<float, 3>();
+  Canvas gt = Canvas::FromPixels(
+      std::vector<uint8_t>(truth.begin() + frame_bytes * t, truth.begin() + frame_bytes * (t + 1)),
+      S, S);
+  Canvas out = Canvas::FromTensor(scored.rendered[t]);
+  Canvas error = ErrorImage(gt, out).Upscaled(s);
+  Canvas heat = ColorizeHeatmaps(scored.heatmaps[t]).Upscaled(s);
+  Canvas frame = out.Upscaled(s);
+  for (int k = 0; k < K; ++k) {
+    heat.DrawCross(est[t][k][0], est[t][k][1], 1.5 * s, std::max(1.0, s / 2.0), kWhite);
+    frame.FillDisc(pred[t][k][0], pred[t][k][1], 0.9 * s + 0.5, KeypointColor(k));
+  }
+  Canvas panels = HStack({gt.Upscaled(s), heat, frame, error}, gap, kWhite);
+  Canvas canvas(panels.width(), panels.height() + s + strip, kWhite);
+  canvas.Blit(panels, 0, 0);
+  for (int x = 0; x < canvas.width(); ++x) {
+    const int f = int(int64_t(x) * F / canvas.width());
+    const Rgb c = f > t ? kPending : (r.mse[size_t(f)] <= r.epsilon ? kValid : kInvalid);
+    canvas.FillRect(x, panels.height() + s, x + 1, canvas.height(), c);
+  }
+  return canvas;
+}
+
+// The GIF, with 16 evenly spaced frames as the palette sample.
+void WriteGif(const std::vector<uint8_t>& truth, const ScoredFrames& scored,
+              const torch::Tensor& predicted, const PredictionOutput& r, int S, int scale,
+              ProgressBar& bar) {
+  const int F = r.frames;
+  std::vector<Canvas> sample;
+  for (int i = 0; i < 16; ++i) {
+    sample.push_back(
+        ComposeFrame(int(int64_t(i) * (F - 1) / 15), truth, scored, predicted, r, S, scale));
+  }
+  std::vector<std::span<const uint8_t>> views;
+  for (const Canvas& c : sample) views.emplace_back(c.pixels());
+  const int delay = std::max(2, int(std::lround(100 * r.dt)));
+  GifWriter gif(r.gif, sample[0].width(), sample[0].height(), delay, views);
+  for (int t = 0; t < F; ++t) {
+    gif.Add(ComposeFrame(t, truth, scored, predicted, r, S, scale).pixels());
+    bar.Update(int64_t(F) + t + 1);
+    CheckInterrupt();
+  }
+  gif.Finish();
+}
+
 }  // namespace
 
 std::vector<uint8_t> ResimulateFrames(const Dataset& data, int run, int from_frame, int count,
@@ -175,170 +321,31 @@ std::vector<uint8_t> ResimulateFrames(const Dataset& data, int run, int from_fra
 
 PredictionOutput WritePrediction(const PredictOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  if (o.frames < 3 || o.frames > kMaxFrames) {
-    throw InputError("--frames must be in [3, " + std::to_string(kMaxFrames) +
-                     "] (the prediction starts from three frames), got " +
-                     std::to_string(o.frames));
-  }
-  if (o.scale < 1 || o.scale > 16) {
-    throw InputError("--scale must be in [1, 16], got " + std::to_string(o.scale));
-  }
-  if (o.run < 0) throw InputError("--run must be ≥ 0, got " + std::to_string(o.run));
-  if (o.threads < 0 || o.threads > 1024) {
-    throw InputError("--threads must be in [0, 1024] (0 = every core), got " +
-                     std::to_string(o.threads));
-  }
-  if (o.run_dir.empty()) throw InputError("no run folder given");
-  if (!fs::is_directory(o.run_dir)) {
-    throw InputError("run folder '" + o.run_dir.string() + "' does not exist");
-  }
-  const fs::path checkpoint =
-      o.checkpoint.empty() ? o.run_dir / "checkpoints" / "last.pt" : o.checkpoint;
-  if (!fs::exists(checkpoint)) {
-    throw InputError("no checkpoint in '" + o.run_dir.string() + "': '" + checkpoint.string() +
-                     "' does not exist (train the run first)");
-  }
-  const fs::path config_file = o.run_dir / "config.toml";
-  TrainConfig config;
-  if (fs::exists(config_file)) config = TrainConfig::FromToml(config_file);
-  const fs::path data_file = FindDataSet(o, config_file, &config);
-
+  TrainedRun run = OpenForPrediction(o);
   InterruptGuard interrupt_guard;
-  torch::set_num_threads(o.threads > 0 ? o.threads
-                                       : int(std::max(1u, std::thread::hardware_concurrency())));
-  const torch::Device device = ResolveDevice(o.device);
-  Model model = LoadModel(checkpoint, device);
-  model->eval();
-  const ModelSpec& spec = model->spec();
-  Dataset data = Dataset::Open(data_file);
-  const DatasetInfo& info = data.info();
-  if (info.env != spec.env || info.size != spec.image_size || info.nu != spec.action_dim ||
-      std::abs(info.dt - spec.dt) > 1e-9 * std::max(1.0, spec.dt)) {
-    throw InputError("data set '" + data_file.string() + "' is " +
-                     Describe(info.env, info.size, info.nu, info.dt) + ", but the model '" +
-                     checkpoint.string() + "' is for " +
-                     Describe(spec.env, spec.image_size, spec.action_dim, spec.dt));
-  }
-  const std::vector<int64_t> validation = data.ValidationRuns();
-  if (o.run >= int(validation.size())) {
-    throw InputError(
-        "--run " + std::to_string(o.run) + " is out of range: '" + data_file.string() + "' has " +
-        std::to_string(validation.size()) + " validation runs" +
-        (validation.empty() ? "" : " (0 to " + std::to_string(validation.size() - 1) + ")"));
-  }
-
+  const DatasetInfo& info = run.data->info();
+  const torch::Device device = run.model->device();
   PredictionOutput r;
-  r.model = DescribeModel(spec);
-  r.dataset_run = int(validation[o.run]);
+  r.model = DescribeModel(run.model->spec());
+  r.dataset_run = int(run.data->ValidationRuns()[size_t(o.run)]);
   r.frames = o.frames;
   r.dt = info.dt;
   r.epsilon = info.vpt_epsilon;
-  const int F = o.frames, N = info.frames, S = info.size, K = spec.num_keypoints;
-  r.stored_frames = std::min(F, N);
-  r.simulated_frames = F - r.stored_frames;
-  const size_t frame_bytes = size_t(S) * S * 3;
-
-  // Ground truth: the stored frames, then the same simulator beyond them.
-  std::vector<uint8_t> truth = data.ReadImages(r.dataset_run);
-  truth.resize(frame_bytes * r.stored_frames);
-  if (r.simulated_frames > 0) {
-    std::vector<uint8_t> more =
-        ResimulateFrames(data, r.dataset_run, N - 1, r.simulated_frames, o.gl);
-    truth.insert(truth.end(), more.begin(), more.end());
-  }
+  std::vector<uint8_t> truth = GroundTruthFrames(*run.data, o.gl, &r);
+  CheckInterrupt();
+  const torch::Tensor predicted = PredictFromFirstFrames(run.model, run, truth, &r);
   CheckInterrupt();
 
-  // Prediction from the first three frames (KEYCLD.md §8).
-  const std::vector<double> action = data.ReadAction(r.dataset_run);
-  torch::Tensor actions =
-      torch::tensor(std::vector<double>(action.begin(), action.begin() + info.nu))
-          .to(torch::kFloat32)
-          .reshape({1, info.nu});
-  torch::Tensor first3 = torch::from_blob(truth.data(), {1, 3, S, S, 3}, torch::kUInt8).clone();
-  IntegratorOptions io;
-  io.rtol = config.rtol;
-  io.atol = config.atol;
-  io.max_steps = std::max<int64_t>(io.max_steps, int64_t(F) * 2000);
-  KeypointPrediction prediction =
-      PredictKeypoints(model, first3, actions, F, IntegratorMethod::kDopri5, io);
-  r.accepted_steps = prediction.accepted_steps;
-  r.rejected_steps = prediction.rejected_steps;
-  torch::Tensor predicted = prediction.keypoints[0].to(torch::kCPU).contiguous();  // [F, K, 2]
-  CheckInterrupt();
-
-  // Render the prediction, read the truth with the estimator, score every frame.
-  ProgressBar bar("predict", 2 * int64_t(F), "frames", o.progress && ::isatty(2));
-  std::vector<torch::Tensor> rendered_chunks, heatmap_chunks, estimate_chunks, mse_chunks;
-  {
-    torch::NoGradGuard no_grad;
-    for (int64_t s = 0; s < F; s += kChunk) {
-      const int64_t n = std::min<int64_t>(kChunk, F - s);
-      torch::Tensor images = FramesToFloat(truth, s, n, S, device);
-      torch::Tensor rendered = model->Render(predicted.slice(0, s, s + n).to(device));
-      Encoding enc = model->Encode(images);
-      mse_chunks.push_back((rendered - images).square().mean({1, 2, 3}).to(torch::kCPU));
-      rendered_chunks.push_back(rendered.to(torch::kCPU));
-      heatmap_chunks.push_back(enc.heatmaps.to(torch::kCPU));
-      estimate_chunks.push_back(enc.keypoints.to(torch::kCPU, torch::kFloat32));
-      bar.Update(s + n);
-      CheckInterrupt();
-    }
-  }
-  torch::Tensor rendered = torch::cat(rendered_chunks);                // [F, 3, S, S]
-  torch::Tensor heatmaps = torch::cat(heatmap_chunks);                 // [F, K, S, S]
-  torch::Tensor estimated = torch::cat(estimate_chunks).contiguous();  // [F, K, 2]
-  torch::Tensor mse = torch::cat(mse_chunks).to(torch::kFloat64).reshape({1, F});
-  VptResult vpt = VptFromMse(mse, r.epsilon);
-  r.vpt = vpt.vpt[0];
-  r.mse.assign(vpt.mse.data_ptr<double>(), vpt.mse.data_ptr<double>() + F);
-
-  // The video: panels side by side and a timeline of valid frames.
-  const int s = o.scale, gap = 2 * s, strip = std::max(3, s);
-  auto est = estimated.accessor<float, 3>();
-  auto pred = predicted.accessor<float, 3>();
-  auto compose = [&](int t) {
-    Canvas gt = Canvas::FromPixels(std::vector<uint8_t>(truth.begin() + frame_bytes * t,
-                                                        truth.begin() + frame_bytes * (t + 1)),
-                                   S, S);
-    Canvas out = Canvas::FromTensor(rendered[t]);
-    Canvas error = ErrorImage(gt, out).Upscaled(s);
-    Canvas heat = ColorizeHeatmaps(heatmaps[t]).Upscaled(s);
-    Canvas frame = out.Upscaled(s);
-    for (int k = 0; k < K; ++k) {
-      heat.DrawCross(est[t][k][0], est[t][k][1], 1.5 * s, std::max(1.0, s / 2.0), kWhite);
-      frame.FillDisc(pred[t][k][0], pred[t][k][1], 0.9 * s + 0.5, KeypointColor(k));
-    }
-    Canvas panels = HStack({gt.Upscaled(s), heat, frame, error}, gap, kWhite);
-    Canvas canvas(panels.width(), panels.height() + s + strip, kWhite);
-    canvas.Blit(panels, 0, 0);
-    for (int x = 0; x < canvas.width(); ++x) {
-      const int f = int(int64_t(x) * F / canvas.width());
-      const Rgb c = f > t ? kPending : (r.mse[f] <= r.epsilon ? kValid : kInvalid);
-      canvas.FillRect(x, panels.height() + s, x + 1, canvas.height(), c);
-    }
-    return canvas;
-  };
+  ProgressBar bar("predict", 2 * int64_t(o.frames), "frames", o.progress && ::isatty(2));
+  const ScoredFrames scored = ScoreFrames(run.model, truth, predicted, info.size, device, bar, &r);
   const fs::path out_dir = o.out_dir.empty() ? o.run_dir / "report" : o.out_dir;
   const std::string stem = "predict-run" + std::to_string(o.run);
   r.gif = out_dir / (stem + ".gif");
   r.csv = out_dir / (stem + ".csv");
   r.mse_plot = out_dir / (stem + "-mse.png");
-  {
-    std::vector<Canvas> sample;
-    for (int i = 0; i < 16; ++i) sample.push_back(compose(int(int64_t(i) * (F - 1) / 15)));
-    std::vector<std::span<const uint8_t>> views;
-    for (const Canvas& c : sample) views.emplace_back(c.pixels());
-    const int delay = std::max(2, int(std::lround(100 * info.dt)));
-    GifWriter gif(r.gif, sample[0].width(), sample[0].height(), delay, views);
-    for (int t = 0; t < F; ++t) {
-      gif.Add(compose(t).pixels());
-      bar.Update(int64_t(F) + t + 1);
-      CheckInterrupt();
-    }
-    gif.Finish();
-  }
+  WriteGif(truth, scored, predicted, r, info.size, o.scale, bar);
   bar.Finish();
-  WriteCsv(r.csv, r, predicted, estimated);
+  WriteCsv(r.csv, r, predicted, scored.estimated);
   WriteMsePlot(r.mse_plot, r, EnvNameString(info.env) + "-" + ControlModeString(info.control),
                o.run);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

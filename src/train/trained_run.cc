@@ -16,9 +16,23 @@ namespace {
 
 std::string Describe(EnvName env, int size, int nu, double dt) {
   char buf[160];
-  std::snprintf(buf, sizeof buf, "%s, %d px, %d actuator(s), dt %g s", EnvNameString(env).c_str(),
-                size, nu, dt);
+  std::snprintf(buf, sizeof buf, "%s at %dx%d px, %d actuator%s, dt %g s",
+                EnvNameString(env).c_str(), size, size, nu, nu == 1 ? "" : "s", dt);
   return buf;
+}
+
+// The data set a run's config names: relative to the working directory, or else to the folder
+// above runs/ (where `keycld run` keeps data/ next to runs/).
+fs::path FindDataSet(const fs::path& run_dir, const TrainConfig& config) {
+  const fs::path named = config.DataFile();
+  if (fs::exists(named)) return named;
+  fs::path run = fs::absolute(run_dir).lexically_normal();
+  if (run.filename().empty()) run = run.parent_path();  // "runs/x/"
+  const fs::path beside = run.parent_path().parent_path() / named;
+  if (named.is_relative() && fs::exists(beside)) return beside;
+  throw IoError("data set not found: '" + named.string() +
+                "' (the run's config names it relative to the folder training ran in; "
+                "give --data FILE)");
 }
 
 }  // namespace
@@ -47,14 +61,15 @@ TrainedRun OpenTrainedRun(const TrainedRunOptions& o) {
   }
   if (checkpoint.empty()) checkpoint = r.run_dir / "checkpoints" / "last.pt";
   const fs::path config_file = r.run_dir / "config.toml";
-  if (!fs::exists(config_file)) {
+  // Without config.toml the defaults stand, if the data set is given.
+  if (!fs::exists(config_file) && o.data.empty()) {
     throw IoError("'" + r.run_dir.string() + "' is not a training run folder (no config.toml)");
   }
   if (!fs::exists(checkpoint)) {
     throw IoError("no checkpoint '" + checkpoint.string() + "' (train the run first)");
   }
   r.checkpoint = checkpoint;
-  r.config = TrainConfig::FromToml(config_file);
+  if (fs::exists(config_file)) r.config = TrainConfig::FromToml(config_file);
   SetThreads(o.threads);
   const torch::Device device = ResolveDevice(o.device.empty() ? r.config.device : o.device);
   r.model = LoadModel(checkpoint, device);
@@ -62,20 +77,16 @@ TrainedRun OpenTrainedRun(const TrainedRunOptions& o) {
   r.model->eval();
   if (!o.open_data) return r;
 
-  r.data_file = o.data.empty() ? r.config.DataFile() : o.data;
-  if (!fs::exists(r.data_file)) {
-    throw IoError("data set not found: '" + r.data_file.string() +
-                  "' (the run's config names it relative to the folder training ran in; "
-                  "give --data FILE)");
-  }
+  r.data_file = o.data.empty() ? FindDataSet(r.run_dir, r.config) : o.data;
+  if (!fs::exists(r.data_file)) throw IoError("data set not found: '" + r.data_file.string() + "'");
   r.data.emplace(Dataset::Open(r.data_file));
   const DatasetInfo& info = r.data->info();
   const ModelSpec& spec = r.model->spec();
   if (info.env != spec.env || info.size != spec.image_size || info.nu != spec.action_dim ||
       std::abs(info.dt - spec.dt) > 1e-9 * std::max(1.0, spec.dt)) {
-    throw InputError("data set '" + r.data_file.string() + "' (" +
+    throw InputError("data set '" + r.data_file.string() + "' is " +
                      Describe(info.env, info.size, info.nu, info.dt) +
-                     ") does not fit the model '" + checkpoint.string() + "' (" +
+                     ", which does not fit the model '" + checkpoint.string() + "' (" +
                      Describe(spec.env, spec.image_size, spec.action_dim, spec.dt) + ")");
   }
   return r;

@@ -11,8 +11,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "keycld/data/dataset.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/loss.h"
+#include "keycld/train/metrics.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
@@ -29,24 +31,8 @@
 namespace keycld {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 namespace {
-
-// Keeps the metrics lines that precede `position` (a resumed run rewrites what follows).
-void TruncateMetrics(const fs::path& file, const TrainPosition& position) {
-  if (!fs::exists(file)) return;
-  std::ifstream in(file);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) continue;
-    bool keep = j.value("type", "") == "step" ? j.value("step", int64_t(0)) <= position.step
-                                              : j.value("epoch", int64_t(0)) < position.epoch;
-    if (keep) kept += line + "\n";
-  }
-  WriteTextAtomically(file, kept);
-}
 
 std::vector<int64_t> Shuffled(int64_t n, std::mt19937_64& rng) {
   std::vector<int64_t> order(n);
@@ -135,288 +121,345 @@ PreparedDataset PrepareDataset(const TrainConfig& config, GlBackend gl, bool pro
   return out;
 }
 
-TrainSummary Train(const TrainOptions& options) {
-  const TrainConfig& cfg = options.config;
-  cfg.Validate();
-  const fs::path run = options.run_dir;
-  if (run.empty()) throw InputError("--out must name a run folder");
-  {
+namespace {
+
+// One training invocation (a fresh run or a resumed one), in the order Train runs its steps.
+class Trainer {
+ public:
+  explicit Trainer(const TrainOptions& options)
+      : options_(options), cfg_(options.config), device_(torch::kCPU) {}
+
+  TrainSummary Run() {
+    OpenRunFolder();
+    OpenData();
+    BuildModel();
+    Restore();
+    RecordConfig();
+    return Loop();
+  }
+
+ private:
+  // --out exists and is locked (one process per run folder: a second one would interleave
+  // checkpoints and configs); it holds a run exactly when resuming.
+  void OpenRunFolder() {
+    cfg_.Validate();
+    run_ = options_.run_dir;
+    if (run_.empty()) throw InputError("--out must name a run folder");
     std::error_code ec;
-    fs::create_directories(run, ec);
-    if (ec) throw IoError("cannot create run folder '" + run.string() + "': " + ec.message());
-  }
-  // One process per run folder: a second one would interleave checkpoints and configs.
-  RunLock lock(run / ".lock");
-  const fs::path checkpoints = run / "checkpoints";
-  const fs::path last = checkpoints / "last.pt";
-  if (options.resume && !fs::exists(last)) {
-    throw InputError("nothing to resume: '" + last.string() + "' does not exist");
-  }
-  if (!options.resume && fs::exists(last)) {
-    throw InputError("'" + run.string() + "' already holds a training run: pass --resume to " +
-                     "continue it, or choose another --out");
+    fs::create_directories(run_, ec);
+    if (ec) throw IoError("cannot create run folder '" + run_.string() + "': " + ec.message());
+    lock_ = std::make_unique<RunLock>(run_ / ".lock");
+    checkpoints_ = run_ / "checkpoints";
+    last_ = checkpoints_ / "last.pt";
+    if (options_.resume && !fs::exists(last_)) {
+      throw InputError("nothing to resume: '" + last_.string() + "' does not exist");
+    }
+    if (!options_.resume && fs::exists(last_)) {
+      throw InputError("'" + run_.string() + "' already holds a training run: pass --resume to " +
+                       "continue it, or choose another --out");
+    }
   }
 
-  const fs::path data_file = cfg.DataFile();
-  Dataset data = Dataset::Open(data_file);
-  const DatasetInfo& info = data.info();
-  if (!cfg.env.empty() && ParseEnvName(cfg.env) != info.env) {
-    throw InputError("the config is for " + cfg.env + " but '" + data_file.string() + "' is a " +
-                     EnvNameString(info.env) + " data set");
+  // The data set, checked against the config and the model, and its runs in memory: the
+  // training runs and the validation subset of the per-epoch VPT.
+  void OpenData() {
+    const fs::path file = cfg_.DataFile();
+    data_.emplace(Dataset::Open(file));
+    const DatasetInfo& info = data_->info();
+    if (!cfg_.env.empty() && ParseEnvName(cfg_.env) != info.env) {
+      throw InputError("the config is for " + cfg_.env + " but '" + file.string() + "' is a " +
+                       EnvNameString(info.env) + " data set");
+    }
+    if (info.size % 4 != 0) {
+      throw InputError("'" + file.string() + "' has " + std::to_string(info.size) +
+                       " px images; the U-Net needs a multiple of 4");
+    }
+    if (info.frames < cfg_.horizon + 2) {
+      throw InputError("'" + file.string() + "' has " + std::to_string(info.frames) +
+                       " frames per run; horizon " + std::to_string(cfg_.horizon) + " needs ≥ " +
+                       std::to_string(cfg_.horizon + 2));
+    }
+    if (info.train_runs < 1) throw InputError("'" + file.string() + "' has no training runs");
+    LoadRuns(*data_, data_->TrainRuns(), &train_images_, &train_actions_);
+    val_runs_ = data_->ValidationRuns();
+    if (cfg_.val_runs > 0 && int64_t(val_runs_.size()) > cfg_.val_runs) {
+      val_runs_.resize(size_t(cfg_.val_runs));
+    }
+    if (!val_runs_.empty()) LoadRuns(*data_, val_runs_, &val_images_, &val_actions_);
+    R_ = train_images_.size(0);
   }
-  if (info.size % 4 != 0) {
-    throw InputError("'" + data_file.string() + "' has " + std::to_string(info.size) +
-                     " px images; the U-Net needs a multiple of 4");
-  }
-  if (info.frames < cfg.horizon + 2) {
-    throw InputError("'" + data_file.string() + "' has " + std::to_string(info.frames) +
-                     " frames per run; horizon " + std::to_string(cfg.horizon) + " needs ≥ " +
-                     std::to_string(cfg.horizon + 2));
-  }
-  if (info.train_runs < 1) throw InputError("'" + data_file.string() + "' has no training runs");
 
-  const int threads =
-      cfg.threads > 0 ? cfg.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(threads);
-  const torch::Device device = ResolveDevice(cfg.device);
+  // Threads, device, the seeded model and Adam with the perception and dynamics groups (§6).
+  void BuildModel() {
+    const DatasetInfo& info = data_->info();
+    const int threads =
+        cfg_.threads > 0 ? cfg_.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    torch::set_num_threads(threads);
+    device_ = ResolveDevice(cfg_.device);
+    torch::manual_seed(cfg_.seed);
+    ModelSpec spec;
+    spec.env = info.env;
+    spec.num_keypoints = KeypointCount(info.env);
+    spec.action_dim = info.nu;
+    spec.hidden = cfg_.hidden;
+    spec.image_size = info.size;
+    spec.sigma = cfg_.sigma;
+    spec.dt = info.dt;
+    spec.model = cfg_.model;
+    model_ = CreateModel(spec);
+    model_->to(device_);
+    model_->SetPrecision(ParsePrecision(cfg_.precision));
+    if (!options_.quiet) {
+      std::printf("%s %s%s on %s\n", options_.resume ? "resuming" : "training",
+                  DescribeModel(spec).c_str(),
+                  model_->precision() == Precision::kBfloat16 ? " (bf16 convolutions)" : "",
+                  data_->path().c_str());
+      std::fflush(stdout);
+    }
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(model_->PerceptionParameters(),
+                        std::make_unique<torch::optim::AdamOptions>(cfg_.lr));
+    groups.emplace_back(model_->DynamicsParameters(), std::make_unique<torch::optim::AdamOptions>(
+                                                          cfg_.lr * cfg_.dynamics_lr_scale));
+    adam_ =
+        std::make_unique<torch::optim::Adam>(std::move(groups), torch::optim::AdamOptions(cfg_.lr));
+  }
 
-  torch::manual_seed(cfg.seed);
-  ModelSpec spec;
-  spec.env = info.env;
-  spec.num_keypoints = KeypointCount(info.env);
-  spec.action_dim = info.nu;
-  spec.hidden = cfg.hidden;
-  spec.image_size = info.size;
-  spec.sigma = cfg.sigma;
-  spec.dt = info.dt;
-  spec.model = cfg.model;
-  Model model = CreateModel(spec);
-  model->to(device);
-  model->SetPrecision(ParsePrecision(cfg.precision));
-  if (!options.quiet) {
-    std::printf("%s %s%s on %s\n", options.resume ? "resuming" : "training",
-                DescribeModel(spec).c_str(),
-                model->precision() == Precision::kBfloat16 ? " (bf16 convolutions)" : "",
-                data_file.c_str());
+  // Learning rates of both groups at `factor` × the config's (the schedule's value).
+  void SetLearningRates(double factor) {
+    auto& g = adam_->param_groups();
+    static_cast<torch::optim::AdamOptions&>(g[0].options()).lr(cfg_.lr * factor);
+    static_cast<torch::optim::AdamOptions&>(g[1].options())
+        .lr(cfg_.lr * cfg_.dynamics_lr_scale * factor);
+  }
+
+  // The random stream, and on --resume the saved parameters, optimizer state, position and
+  // stream; learning rates follow the config (so a run can resume with a lower --lr).
+  void Restore() {
+    rng_.seed(cfg_.seed ^ 0x6b6579636c64ULL);  // stream "keycld"
+    if (!options_.resume) return;
+    LoadCheckpoint(last_, model_, adam_.get(), &pos_);
+    std::istringstream(pos_.rng_state) >> rng_;
+    SetLearningRates(1.0);
+    if (!pos_.order.empty() && int64_t(pos_.order.size()) != R_) {
+      throw FormatError("'" + last_.string() + "' was trained on a data set with " +
+                        std::to_string(pos_.order.size()) + " training runs, this one has " +
+                        std::to_string(R_));
+    }
+  }
+
+  // config.toml and the checkpoints' config record what the run was trained on: with an
+  // explicit [data] file, the environment, control mode, size, runs, frames and seed come from
+  // the file (keycld control reads the control mode from config.toml). Opens metrics.jsonl.
+  void RecordConfig() {
+    fs::create_directories(checkpoints_);
+    TrainConfig recorded = cfg_;
+    if (!cfg_.data.empty()) {
+      const DatasetInfo& info = data_->info();
+      recorded.env = EnvNameString(info.env);
+      recorded.control = ControlModeString(info.control);
+      recorded.size = info.size;
+      recorded.runs = info.runs;
+      recorded.frames = info.frames;
+      recorded.data_seed = info.seed;
+    }
+    WriteTextAtomically(run_ / "config.toml", recorded.ToToml());
+    pos_.config_toml = recorded.ToToml();
+    metrics_ =
+        std::make_unique<MetricsWriter>(run_ / "metrics.jsonl", options_.resume ? pos_.step : -1);
+  }
+
+  void Save(const fs::path& file) {
+    std::ostringstream s;
+    s << rng_;
+    pos_.rng_state = s.str();
+    SaveCheckpoint(file, model_, adam_.get(), pos_);
+  }
+
+  // The epochs from the saved position on, until cfg.epochs or max_steps.
+  TrainSummary Loop() {
+    InterruptGuard interrupt_guard;
+    start_ = std::chrono::steady_clock::now();
+    const int64_t first_step = pos_.step;
+    saved_once_ = options_.resume;
+    model_->train();
+    while (pos_.epoch < cfg_.epochs) {
+      if (pos_.order.empty()) pos_.order = Shuffled(R_, rng_);
+      ProgressBar bar("epoch " + std::to_string(pos_.epoch + 1) + "/" + std::to_string(cfg_.epochs),
+                      R_, "steps", options_.progress && ::isatty(2));
+      bool stopped = false;
+      while (pos_.step_in_epoch < R_) {
+        if (cfg_.max_steps > 0 && pos_.step >= cfg_.max_steps) {
+          stopped = true;
+          break;
+        }
+        const StepRecord r = Step();
+        char suffix[96];
+        std::snprintf(suffix, sizeof suffix, "loss %.4g (rec %.3g dyn %.3g bce %.3g)", r.loss,
+                      r.rec, r.dyn, r.bce);
+        bar.Update(pos_.step_in_epoch, suffix);
+      }
+      if (stopped) break;
+      EndEpoch(bar);
+    }
+    if (pos_.step_in_epoch > 0 || !saved_once_) Save(last_);
+    metrics_->Flush();
+    summary_.steps = pos_.step;
+    summary_.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    const int64_t done = pos_.step - first_step;
+    summary_.seconds_per_step = done > 0 ? step_seconds_ / double(done) : 0;
+    summary_.steps_this_call = done;
+    summary_.checkpoint = last_;
+    return summary_;
+  }
+
+  // One optimizer step on the next training run of the epoch's order (§6), recorded.
+  StepRecord Step() {
+    if (InterruptRequested()) {
+      Save(last_);
+      throw Interrupted("training interrupted at step " + std::to_string(pos_.step) + "; saved " +
+                        last_.string() + " (continue with --resume)");
+    }
+    const auto step_start = std::chrono::steady_clock::now();
+    const int64_t r = pos_.order[size_t(pos_.step_in_epoch)];
+    torch::Tensor images = ImagesToFloat(train_images_[r], device_);
+    torch::Tensor ids;
+    if (cfg_.AugmentAt(pos_.step, R_)) {
+      std::vector<int64_t> draws(size_t(data_->info().frames));
+      for (auto& d : draws) d = int64_t(rng_() % 8);
+      ids = torch::tensor(draws, torch::kInt64);
+    }
+    torch::Tensor u = train_actions_[r].to(device_);
+    LossOptions lo;
+    lo.horizon = cfg_.horizon;
+    lo.w_rec = cfg_.w_rec;
+    lo.w_bce = cfg_.w_bce;
+    lo.max_acceleration = cfg_.max_acceleration;
+    lo.integrator = cfg_.IntegratorAt(pos_.step, R_);
+    lo.substeps = cfg_.SubstepsAt(pos_.step, R_);
+    lo.w_dyn = cfg_.WDynAt(pos_.step, R_);
+    LossTerms loss = SequenceLoss(model_, images, u, ids, lo);
+    const double total = loss.total.item<double>();
+    if (!std::isfinite(total)) {
+      throw NumericalError("non-finite loss at step " + std::to_string(pos_.step) + " (epoch " +
+                           std::to_string(pos_.epoch + 1) + "); " +
+                           (saved_once_
+                                ? "the last good checkpoint is kept: " + last_.string() +
+                                      " (resume with --resume, perhaps with a lower --lr)"
+                                : std::string("no checkpoint was saved yet (try a lower --lr)")));
+    }
+    adam_->zero_grad();
+    loss.total.backward();
+    for (auto& p : model_->parameters()) {
+      if (p.grad().defined()) p.grad().clamp_(-cfg_.grad_clip, cfg_.grad_clip);
+    }
+    const double lr_factor = cfg_.LearningRateFactor(pos_.step, cfg_.TotalSteps(R_));
+    SetLearningRates(lr_factor);
+    adam_->step();
+    ++pos_.step;
+    ++pos_.step_in_epoch;
+    StepRecord rec;
+    rec.step = pos_.step;
+    rec.epoch = pos_.epoch + 1;
+    rec.loss = total;
+    rec.rec = loss.reconstruction.item<double>();
+    rec.dyn = loss.dynamics.item<double>();
+    rec.bce = loss.heatmap.item<double>();
+    rec.lr = cfg_.lr * lr_factor;
+    rec.w_dyn = lo.w_dyn;
+    rec.integrator = IntegratorMethodString(lo.integrator);
+    rec.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    metrics_->Append(rec);
+    summary_.last_loss = total;
+    step_seconds_ += rec.seconds;
+    return rec;
+  }
+
+  // End of an epoch: checkpoints (last.pt and epoch-NNNN.pt), the validation VPT, the record.
+  void EndEpoch(ProgressBar& bar) {
+    metrics_->Flush();
+    pos_.epoch += 1;
+    pos_.step_in_epoch = 0;
+    pos_.order.clear();
+    Save(last_);
+    char name[32];
+    std::snprintf(name, sizeof name, "epoch-%04lld.pt", static_cast<long long>(pos_.epoch));
+    fs::copy_file(last_, checkpoints_ / name, fs::copy_options::overwrite_existing);
+    saved_once_ = true;
+    summary_.epochs_completed = pos_.epoch;
+    EpochRecord rec;
+    rec.epoch = pos_.epoch;
+    rec.step = pos_.step;
+    Validate(&rec);
+    rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    metrics_->Append(rec);
+    metrics_->Flush();
+    if (options_.quiet) return;
+    bar.Finish();
+    char vpt[64] = "n/a";
+    if (rec.vpt_mean) {
+      std::snprintf(vpt, sizeof vpt, "%.2f frames (%zu runs)", *rec.vpt_mean, val_runs_.size());
+    }
+    std::printf("epoch %lld/%d: loss %.4g, validation VPT %s, %s elapsed\n",
+                static_cast<long long>(pos_.epoch), cfg_.epochs, summary_.last_loss, vpt,
+                FormatDuration(rec.seconds).c_str());
     std::fflush(stdout);
   }
 
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(model->PerceptionParameters(),
-                      std::make_unique<torch::optim::AdamOptions>(cfg.lr));
-  groups.emplace_back(model->DynamicsParameters(),
-                      std::make_unique<torch::optim::AdamOptions>(cfg.lr * cfg.dynamics_lr_scale));
-  torch::optim::Adam adam(std::move(groups), torch::optim::AdamOptions(cfg.lr));
-
-  // The training runs in memory (uint8), and the validation subset for the per-epoch VPT.
-  torch::Tensor train_images, train_actions, val_images, val_actions;
-  LoadRuns(data, data.TrainRuns(), &train_images, &train_actions);
-  std::vector<int64_t> val_runs = data.ValidationRuns();
-  if (cfg.val_runs > 0 && int64_t(val_runs.size()) > cfg.val_runs) val_runs.resize(cfg.val_runs);
-  if (!val_runs.empty()) LoadRuns(data, val_runs, &val_images, &val_actions);
-  const int64_t R = train_images.size(0);
-
-  std::mt19937_64 rng(cfg.seed ^ 0x6b6579636c64ULL);  // stream "keycld"
-  TrainPosition pos;
-  if (options.resume) {
-    LoadCheckpoint(last, model, &adam, &pos);
-    std::istringstream(pos.rng_state) >> rng;
-    // Learning rates follow the config (so a run can resume with a lower --lr).
-    auto& g = adam.param_groups();
-    static_cast<torch::optim::AdamOptions&>(g[0].options()).lr(cfg.lr);
-    static_cast<torch::optim::AdamOptions&>(g[1].options()).lr(cfg.lr * cfg.dynamics_lr_scale);
-    if (!pos.order.empty() && int64_t(pos.order.size()) != R) {
-      throw FormatError("'" + last.string() + "' was trained on a data set with " +
-                        std::to_string(pos.order.size()) + " training runs, this one has " +
-                        std::to_string(R));
+  // The VPT over the validation subset (§8), in float32 like `keycld evaluate` whatever the
+  // training precision; a diverged rollout is recorded as the epoch's val_error.
+  void Validate(EpochRecord* rec) {
+    if (!val_images_.defined()) return;
+    VptOptions vo;
+    vo.epsilon = data_->info().vpt_epsilon;
+    vo.rtol = cfg_.rtol;
+    vo.atol = cfg_.atol;
+    const Precision training_precision = model_->precision();
+    try {
+      model_->SetPrecision(Precision::kFloat32);
+      VptResult v = ValidPredictionTime(model_, val_images_, val_actions_, vo);
+      model_->SetPrecision(training_precision);
+      summary_.val_vpt_mean = v.mean;
+      summary_.val_vpt_median = v.median;
+      summary_.val_runs = int(v.vpt.size());
+      rec->vpt_mean = v.mean;
+      rec->vpt_std = v.std;
+      rec->vpt_median = v.median;
+      rec->val_runs = int64_t(v.vpt.size());
+      rec->dopri5_steps = v.accepted_steps;
+    } catch (const NumericalError& e) {
+      model_->SetPrecision(training_precision);
+      rec->val_error = e.what();
+    } catch (...) {
+      model_->SetPrecision(training_precision);
+      throw;
     }
   }
-  fs::create_directories(checkpoints);
-  // The run records what it was trained on: with an explicit [data] file, the environment,
-  // control mode, size, runs, frames and seed come from the file (keycld control reads the
-  // control mode from config.toml).
-  TrainConfig recorded = cfg;
-  if (!cfg.data.empty()) {
-    recorded.env = EnvNameString(info.env);
-    recorded.control = ControlModeString(info.control);
-    recorded.size = info.size;
-    recorded.runs = info.runs;
-    recorded.frames = info.frames;
-    recorded.data_seed = info.seed;
-  }
-  WriteTextAtomically(run / "config.toml", recorded.ToToml());
-  pos.config_toml = recorded.ToToml();
-  const fs::path metrics_file = run / "metrics.jsonl";
-  if (options.resume) {
-    TruncateMetrics(metrics_file, pos);
-  } else {
-    WriteTextAtomically(metrics_file, "");
-  }
-  std::ofstream metrics(metrics_file, std::ios::app);
 
-  InterruptGuard interrupt_guard;
-  auto save = [&](const fs::path& file) {
-    std::ostringstream s;
-    s << rng;
-    pos.rng_state = s.str();
-    SaveCheckpoint(file, model, &adam, pos);
-  };
+  const TrainOptions& options_;
+  const TrainConfig& cfg_;
+  fs::path run_, checkpoints_, last_;
+  std::unique_ptr<RunLock> lock_;
+  std::optional<Dataset> data_;
+  std::vector<int64_t> val_runs_;
+  torch::Tensor train_images_, train_actions_, val_images_, val_actions_;
+  int64_t R_ = 0;
+  torch::Device device_;
+  Model model_{nullptr};
+  std::unique_ptr<torch::optim::Adam> adam_;
+  std::mt19937_64 rng_;
+  TrainPosition pos_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  TrainSummary summary_;
+  std::chrono::steady_clock::time_point start_;
+  double step_seconds_ = 0;
+  bool saved_once_ = false;
+};
 
-  LossOptions loss_options;
-  loss_options.horizon = cfg.horizon;
-  loss_options.w_rec = cfg.w_rec;
-  loss_options.w_bce = cfg.w_bce;
-  loss_options.max_acceleration = cfg.max_acceleration;
-  const int64_t total_steps = cfg.TotalSteps(R);
-  TrainSummary summary;
-  const auto start = std::chrono::steady_clock::now();
-  const int64_t first_step = pos.step;
-  double step_seconds = 0;
-  bool saved_once = options.resume;
-  model->train();
+}  // namespace
 
-  while (pos.epoch < cfg.epochs) {
-    if (pos.order.empty()) pos.order = Shuffled(R, rng);
-    ProgressBar bar("epoch " + std::to_string(pos.epoch + 1) + "/" + std::to_string(cfg.epochs), R,
-                    "steps", options.progress && ::isatty(2));
-    bool stop = false;
-    while (pos.step_in_epoch < R) {
-      if (cfg.max_steps > 0 && pos.step >= cfg.max_steps) {
-        stop = true;
-        break;
-      }
-      if (InterruptRequested()) {
-        save(last);
-        throw Interrupted("training interrupted at step " + std::to_string(pos.step) + "; saved " +
-                          last.string() + " (continue with --resume)");
-      }
-      const auto step_start = std::chrono::steady_clock::now();
-      const int64_t r = pos.order[size_t(pos.step_in_epoch)];
-      torch::Tensor images = ImagesToFloat(train_images[r], device);
-      torch::Tensor ids;
-      if (cfg.AugmentAt(pos.step, R)) {
-        std::vector<int64_t> draws(size_t(info.frames));
-        for (auto& d : draws) d = int64_t(rng() % 8);
-        ids = torch::tensor(draws, torch::kInt64);
-      }
-      torch::Tensor u = train_actions[r].to(device);
-      loss_options.integrator = cfg.IntegratorAt(pos.step, R);
-      loss_options.substeps = cfg.SubstepsAt(pos.step, R);
-      loss_options.w_dyn = cfg.WDynAt(pos.step, R);
-      LossTerms loss = SequenceLoss(model, images, u, ids, loss_options);
-      const double total = loss.total.item<double>();
-      if (!std::isfinite(total)) {
-        throw NumericalError("non-finite loss at step " + std::to_string(pos.step) + " (epoch " +
-                             std::to_string(pos.epoch + 1) + "); " +
-                             (saved_once
-                                  ? "the last good checkpoint is kept: " + last.string() +
-                                        " (resume with --resume, perhaps with a lower --lr)"
-                                  : std::string("no checkpoint was saved yet (try a lower --lr)")));
-      }
-      adam.zero_grad();
-      loss.total.backward();
-      for (auto& p : model->parameters()) {
-        if (p.grad().defined()) p.grad().clamp_(-cfg.grad_clip, cfg.grad_clip);
-      }
-      const double lr_factor = cfg.LearningRateFactor(pos.step, total_steps);
-      auto& groups = adam.param_groups();
-      static_cast<torch::optim::AdamOptions&>(groups[0].options()).lr(cfg.lr * lr_factor);
-      static_cast<torch::optim::AdamOptions&>(groups[1].options())
-          .lr(cfg.lr * cfg.dynamics_lr_scale * lr_factor);
-      adam.step();
-      ++pos.step;
-      ++pos.step_in_epoch;
-      const double secs =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-      json line = {{"type", "step"},
-                   {"step", pos.step},
-                   {"epoch", pos.epoch + 1},
-                   {"loss", total},
-                   {"rec", loss.reconstruction.item<double>()},
-                   {"dyn", loss.dynamics.item<double>()},
-                   {"bce", loss.heatmap.item<double>()},
-                   {"lr", cfg.lr * lr_factor},
-                   {"w_dyn", loss_options.w_dyn},
-                   {"integrator", IntegratorMethodString(loss_options.integrator)},
-                   {"seconds", secs}};
-      metrics << line.dump() << "\n";
-      summary.last_loss = total;
-      char suffix[96];
-      std::snprintf(suffix, sizeof suffix, "loss %.4g (rec %.3g dyn %.3g bce %.3g)", total,
-                    line["rec"].get<double>(), line["dyn"].get<double>(),
-                    line["bce"].get<double>());
-      step_seconds += secs;
-      bar.Update(pos.step_in_epoch, suffix);
-    }
-    if (stop) break;
-    metrics.flush();
-    // End of the epoch: checkpoint, then the validation VPT.
-    const int64_t finished_epoch = pos.epoch + 1;
-    pos.epoch += 1;
-    pos.step_in_epoch = 0;
-    pos.order.clear();
-    save(last);
-    char name[32];
-    std::snprintf(name, sizeof name, "epoch-%04lld.pt", static_cast<long long>(finished_epoch));
-    fs::copy_file(last, checkpoints / name, fs::copy_options::overwrite_existing);
-    saved_once = true;
-    summary.epochs_completed = finished_epoch;
-    json epoch_line = {{"type", "epoch"}, {"epoch", finished_epoch}, {"step", pos.step}};
-    if (val_images.defined()) {
-      VptOptions vo;
-      vo.epsilon = info.vpt_epsilon;
-      vo.rtol = cfg.rtol;
-      vo.atol = cfg.atol;
-      try {
-        // Validation in float32, like `keycld evaluate`, whatever the training precision.
-        const Precision training_precision = model->precision();
-        model->SetPrecision(Precision::kFloat32);
-        VptResult v;
-        try {
-          v = ValidPredictionTime(model, val_images, val_actions, vo);
-        } catch (...) {
-          model->SetPrecision(training_precision);
-          throw;
-        }
-        model->SetPrecision(training_precision);
-        summary.val_vpt_mean = v.mean;
-        summary.val_vpt_median = v.median;
-        summary.val_runs = int(v.vpt.size());
-        epoch_line["val_vpt_mean"] = v.mean;
-        epoch_line["val_vpt_std"] = v.std;
-        epoch_line["val_vpt_median"] = v.median;
-        epoch_line["val_runs"] = v.vpt.size();
-        epoch_line["dopri5_steps"] = v.accepted_steps;
-      } catch (const NumericalError& e) {
-        epoch_line["val_error"] = e.what();
-      }
-    }
-    epoch_line["seconds"] =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    metrics << epoch_line.dump() << "\n";
-    metrics.flush();
-    if (!options.quiet) {
-      bar.Finish();
-      char vpt[64] = "n/a";
-      if (epoch_line.contains("val_vpt_mean")) {
-        std::snprintf(vpt, sizeof vpt, "%.2f frames (%zu runs)", summary.val_vpt_mean,
-                      val_runs.size());
-      }
-      std::printf("epoch %lld/%d: loss %.4g, validation VPT %s, %s elapsed\n",
-                  static_cast<long long>(finished_epoch), cfg.epochs, summary.last_loss, vpt,
-                  FormatDuration(epoch_line["seconds"].get<double>()).c_str());
-      std::fflush(stdout);
-    }
-  }
-  if (pos.step_in_epoch > 0 || !saved_once) save(last);
-  metrics.flush();
-  summary.steps = pos.step;
-  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const int64_t done = pos.step - first_step;
-  summary.seconds_per_step = done > 0 ? step_seconds / double(done) : 0;
-  summary.steps_this_call = done;
-  summary.checkpoint = last;
-  return summary;
-}
+TrainSummary Train(const TrainOptions& options) { return Trainer(options).Run(); }
 
 }  // namespace keycld

@@ -1,0 +1,65 @@
+// metrics.jsonl of a training run: one JSON object per line, written by the trainer and read by
+// evaluation and the benchmark. The one reader and writer of the format:
+//   {"type":"step", step, epoch, loss, rec, dyn, bce, lr, w_dyn, integrator, seconds}
+//   {"type":"epoch", epoch, step, seconds, [val_vpt_mean, val_vpt_std, val_vpt_median, val_runs,
+//    dopri5_steps | val_error]}
+// `step` counts optimiser steps from 1; `epoch` is 1-based; `seconds` is the step's own time
+// for steps and the time since the invocation started for epochs.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace keycld {
+
+struct StepRecord {
+  int64_t step = 0, epoch = 0;
+  double loss = 0, rec = 0, dyn = 0, bce = 0;
+  double lr = 0, w_dyn = 0;
+  std::string integrator;
+  double seconds = 0;
+};
+
+struct EpochRecord {
+  int64_t epoch = 0, step = 0;
+  double seconds = 0;
+  std::optional<double> vpt_mean, vpt_std, vpt_median;  // unset when no validation ran
+  int64_t val_runs = 0, dopri5_steps = 0;
+  std::string val_error;  // why the validation failed (a diverged rollout)
+};
+
+struct MetricsHistory {
+  std::vector<StepRecord> steps;
+  std::vector<EpochRecord> epochs;
+};
+
+/// Reads a metrics.jsonl; lines that do not parse (an interrupted write) are skipped. A missing
+/// file gives an empty history.
+MetricsHistory ReadMetrics(const std::filesystem::path& file);
+
+/// Appends records to a run's metrics.jsonl.
+class MetricsWriter {
+ public:
+  /// Opens `file` for appending. With `keep_before_step` ≥ 0 (a resumed run), first rewrites the
+  /// file (atomically) with only the records of steps ≤ keep_before_step and of epochs that
+  /// ended at or before it, so the resumed run adds every later record exactly once; -1 starts
+  /// an empty file. Throws IoError.
+  MetricsWriter(const std::filesystem::path& file, int64_t keep_before_step);
+  void Append(const StepRecord& r);
+  void Append(const EpochRecord& r);
+  /// Flushes to the file; IoError if the write failed (a full disk).
+  void Flush();
+
+ private:
+  std::filesystem::path file_;
+  std::ofstream out_;
+};
+
+/// Sum of the step times of epochs 1 … `epochs` (all of them when 0).
+double TrainingSeconds(const MetricsHistory& history, int64_t epochs = 0);
+
+}  // namespace keycld
