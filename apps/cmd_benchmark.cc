@@ -1,4 +1,4 @@
-// keycld benchmark: the paper's table of valid prediction times (KEYCLD.md §8, §9).
+// keycld benchmark: the paper's table of valid prediction times (docs/method.md §8, §9).
 #include <cstdio>
 #include <string>
 #include <vector>

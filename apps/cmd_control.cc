@@ -1,5 +1,5 @@
 // keycld control: energy-shaping control of the simulated system from its camera images with a
-// trained model (KEYCLD.md §10).
+// trained model (docs/method.md §10).
 #include <torch/torch.h>
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// keycld evaluate: VPT and the report of a trained run (KEYCLD.md §8).
+// keycld evaluate: VPT and the report of a trained run (docs/method.md §8).
 #include <cstdio>
 
 #include "commands.h"
@@ -25,7 +25,7 @@ Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
   cmd->add_option("--data", a->data, "Data set (default: the one the run was trained on)");
   cmd->add_option("--checkpoint", a->checkpoint,
                   "Checkpoint (default RUN_DIR/checkpoints/last.pt)");
-  cmd->add_option("--solver", a->solver, "dopri5 (KEYCLD.md §8) | rk4 | euler")
+  cmd->add_option("--solver", a->solver, "dopri5 (docs/method.md §8) | rk4 | euler")
       ->check(CLI::IsMember(Names<IntegratorMethod>()))
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Output folder (default RUN_DIR/report)");

@@ -35,12 +35,12 @@ void PrintTrainSummary(const TrainSummary& r) {
 
 // `keycld run`'s prediction step (the prediction video and CSV; fills `report`).
 void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::path& data, int frames,
-                const std::shared_ptr<const GlobalOptions>& global, RunReportInputs* report) {
+                const GlobalOptions& global, RunReportInputs* report) {
   PredictOptions p;
   p.run_dir = run_dir;
   p.data = data;
   p.frames = frames;
-  p.gl = ParseGlBackend(global->gl);
+  p.gl = ParseGlBackend(global.gl);
   PredictionOutput out = WritePrediction(p);
   report->prediction_files = {out.gif, out.mse_plot, out.csv};
   char line[256];
@@ -139,6 +139,87 @@ struct RunArgs {
   std::string env = "pendulum", control = "none", preset = "cpu-quick", config, out, integrator;
   int predict_frames = 500;
 };
+
+// The main job's training options: the preset's or --config's config, and the run folder;
+// a run folder that holds a run continues with its saved config (only a longer schedule may be
+// asked for).
+TrainOptions MainJobTraining(const RunArgs& a, std::filesystem::path* config_file) {
+  *config_file =
+      a.config.empty() ? PresetFile(a.preset, a.env, a.control) : std::filesystem::path(a.config);
+  TrainOptions t;
+  t.config = TrainConfig::FromToml(*config_file);
+  if (!a.integrator.empty()) t.config.integrator = a.integrator;
+  t.config.Validate();
+  t.run_dir = !a.out.empty() ? std::filesystem::path(a.out)
+              : a.config.empty()
+                  ? std::filesystem::path("runs") / (a.env + "-" + a.control + "-" + a.preset)
+                  : std::filesystem::path("runs") / config_file->stem();
+  t.resume = std::filesystem::exists(t.run_dir / "checkpoints" / "last.pt");
+  if (!t.resume) return t;
+  TrainConfig saved = TrainConfig::FromToml(t.run_dir / "config.toml");
+  TrainConfig wanted = t.config;
+  wanted.epochs = saved.epochs;
+  wanted.max_steps = saved.max_steps;
+  if (wanted.ToToml() != saved.ToToml()) {
+    throw InputError("'" + t.run_dir.string() + "' was started with another " +
+                     "configuration than '" + config_file->string() + "': use --out for a new run");
+  }
+  saved.epochs = t.config.epochs;
+  saved.max_steps = t.config.max_steps;
+  t.config = saved;
+  return t;
+}
+
+// keycld run: data set, training, evaluation, prediction, report.
+int RunMainJob(const RunArgs& a, const GlobalOptions& global) {
+  const auto job_start = std::chrono::steady_clock::now();
+  std::filesystem::path config_file;
+  TrainOptions t = MainJobTraining(a, &config_file);
+  PreparedDataset prepared = PrepareDataset(t.config, ParseGlBackend(global.gl));
+  const std::filesystem::path data_file = prepared.path;
+  double data_seconds = -1;
+  if (prepared.generated) {
+    data_seconds = prepared.generation.seconds;
+    std::printf("[1/4] wrote %s in %.1f s (%.0f frames/s)\n", data_file.c_str(),
+                prepared.generation.seconds, prepared.generation.frames_per_second);
+  } else {
+    std::printf("[1/4] using data set %s\n", data_file.c_str());
+  }
+  std::printf("[2/4] training in %s%s\n", t.run_dir.c_str(), t.resume ? " (resuming)" : "");
+  std::fflush(stdout);
+  TrainSummary ts = Train(t);
+  PrintTrainSummary(ts);
+
+  std::printf("[3/4] evaluating on every validation run\n");
+  std::fflush(stdout);
+  EvaluateOptions eo;
+  eo.run_dir = t.run_dir;
+  eo.data = data_file;
+  EvaluationReport er = Evaluate(eo);
+  std::printf("%s", FormatEvaluationSummary(er).c_str());
+
+  RunReportInputs ri;
+  if (a.predict_frames > 0) {
+    std::printf("[4/4] predicting %d frames of validation run 0\n", a.predict_frames);
+    std::fflush(stdout);
+    PredictJob(t.run_dir, data_file, a.predict_frames, global, &ri);
+  }
+  ri.run_dir = t.run_dir;
+  ri.config_file = config_file;
+  ri.data_file = data_file;
+  ri.data_seconds = data_seconds;
+  ri.train_steps = ts.steps;
+  ri.train_seconds = ts.seconds;
+  ri.seconds_per_step = ts.seconds_per_step;
+  ri.evaluation = er;
+  ri.total_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - job_start).count();
+  const std::filesystem::path report = WriteRunReport(ri);
+  std::printf("done in %.0f s: VPT %.2f ± %.2f frames (median %.1f); report: %s\n",
+              ri.total_seconds, er.vpt.mean, er.vpt.std, er.vpt.median, report.c_str());
+  return 0;
+}
+
 }  // namespace
 
 Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
@@ -151,10 +232,11 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       cmd->add_option("--env", a->env, "pendulum | cartpole | acrobot")->capture_default_str();
   auto* control =
       cmd->add_option("--control", a->control, "none | under | full")->capture_default_str();
-  auto* preset = cmd->add_option("--preset", a->preset,
-                                 "cpu-quick (about 30 min on 2 cores) | paper (KEYCLD.md, GPU)")
-                     ->check(CLI::IsMember({"cpu-quick", "paper"}))
-                     ->capture_default_str();
+  auto* preset =
+      cmd->add_option("--preset", a->preset,
+                      "cpu-quick (about 30 min on 2 cores) | paper (docs/method.md, GPU)")
+          ->check(CLI::IsMember({"cpu-quick", "paper"}))
+          ->capture_default_str();
   cmd->add_option("--config", a->config, "A TOML config instead of a preset")
       ->excludes(env)
       ->excludes(control)
@@ -168,80 +250,7 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
   cmd->add_option("--integrator", a->integrator,
                   "Override the config's loss integrator: euler (the paper's) | rk4 | verlet")
       ->check(CLI::IsMember(FixedStepIntegratorNames()));
-  return [a, global] {
-    const auto job_start = std::chrono::steady_clock::now();
-    const std::filesystem::path config_file = a->config.empty()
-                                                  ? PresetFile(a->preset, a->env, a->control)
-                                                  : std::filesystem::path(a->config);
-    TrainOptions t;
-    t.config = TrainConfig::FromToml(config_file);
-    if (!a->integrator.empty()) t.config.integrator = a->integrator;
-    t.config.Validate();
-    t.run_dir = !a->out.empty() ? std::filesystem::path(a->out)
-                : a->config.empty()
-                    ? std::filesystem::path("runs") / (a->env + "-" + a->control + "-" + a->preset)
-                    : std::filesystem::path("runs") / config_file.stem();
-    const bool resume = std::filesystem::exists(t.run_dir / "checkpoints" / "last.pt");
-    if (resume) {
-      // The run continues with its saved config; only a longer schedule may be asked for.
-      TrainConfig saved = TrainConfig::FromToml(t.run_dir / "config.toml");
-      TrainConfig wanted = t.config;
-      wanted.epochs = saved.epochs;
-      wanted.max_steps = saved.max_steps;
-      if (wanted.ToToml() != saved.ToToml()) {
-        throw InputError("'" + t.run_dir.string() + "' was started with another " +
-                         "configuration than '" + config_file.string() +
-                         "': use --out for a new run");
-      }
-      saved.epochs = t.config.epochs;
-      saved.max_steps = t.config.max_steps;
-      t.config = saved;
-    }
-    PreparedDataset prepared = PrepareDataset(t.config, ParseGlBackend(global->gl));
-    const std::filesystem::path data_file = prepared.path;
-    double data_seconds = -1;
-    if (prepared.generated) {
-      data_seconds = prepared.generation.seconds;
-      std::printf("[1/4] wrote %s in %.1f s (%.0f frames/s)\n", data_file.c_str(),
-                  prepared.generation.seconds, prepared.generation.frames_per_second);
-    } else {
-      std::printf("[1/4] using data set %s\n", data_file.c_str());
-    }
-    t.resume = resume;
-    std::printf("[2/4] training in %s%s\n", t.run_dir.c_str(), t.resume ? " (resuming)" : "");
-    std::fflush(stdout);
-    TrainSummary ts = Train(t);
-    PrintTrainSummary(ts);
-
-    std::printf("[3/4] evaluating on every validation run\n");
-    std::fflush(stdout);
-    EvaluateOptions eo;
-    eo.run_dir = t.run_dir;
-    eo.data = data_file;
-    EvaluationReport er = Evaluate(eo);
-    std::printf("%s", FormatEvaluationSummary(er).c_str());
-
-    RunReportInputs ri;
-    if (a->predict_frames > 0) {
-      std::printf("[4/4] predicting %d frames of validation run 0\n", a->predict_frames);
-      std::fflush(stdout);
-      PredictJob(t.run_dir, data_file, a->predict_frames, global, &ri);
-    }
-    ri.run_dir = t.run_dir;
-    ri.config_file = config_file;
-    ri.data_file = data_file;
-    ri.data_seconds = data_seconds;
-    ri.train_steps = ts.steps;
-    ri.train_seconds = ts.seconds;
-    ri.seconds_per_step = ts.seconds_per_step;
-    ri.evaluation = er;
-    ri.total_seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - job_start).count();
-    const std::filesystem::path report = WriteRunReport(ri);
-    std::printf("done in %.0f s: VPT %.2f ± %.2f frames (median %.1f); report: %s\n",
-                ri.total_seconds, er.vpt.mean, er.vpt.std, er.vpt.median, report.c_str());
-    return 0;
-  };
+  return [a, global] { return RunMainJob(*a, *global); };
 }
 
 }  // namespace keycld::cli

@@ -1,4 +1,4 @@
-// Control-loop rate (KEYCLD.md §10): steps per second of one closed-loop step = render the
+// Control-loop rate (docs/method.md §10): steps per second of one closed-loop step = render the
 // camera frame + estimate the keypoints with the U-Net + energy-shaping control (∇V by
 // autograd, B, tangent projection, pseudo-inverse) + one physics step. An untrained model of
 // the right shapes (speed does not depend on the weights). Also the parts alone.

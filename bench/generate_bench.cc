@@ -1,4 +1,4 @@
-// Speed of data generation (KEYCLD.md §7 look: 64×64, shadow map 2048, 4× MSAA).
+// Speed of data generation (docs/method.md §7 look: 64×64, shadow map 2048, 4× MSAA).
 // Run: build/generate_bench   (frames/s are the items_per_second column)
 #include <benchmark/benchmark.h>
 
@@ -57,11 +57,14 @@ void BM_GenerateDataset(benchmark::State& state) {
   o.progress = false;
   for (auto _ : state) GenerateDataset(o);
   std::filesystem::remove_all(dir);
-  state.counters["frames/s"] = benchmark::Counter(
-      double(state.iterations() * o.runs * o.frames), benchmark::Counter::kIsRate);
+  state.counters["frames/s"] = benchmark::Counter(double(state.iterations() * o.runs * o.frames),
+                                                  benchmark::Counter::kIsRate);
   state.SetLabel(EnvNameString(o.env) + ", frames/s incl. startup and grid");
 }
-BENCHMARK(BM_GenerateDataset)->DenseRange(0, 2)->Unit(benchmark::kSecond)->UseRealTime()
+BENCHMARK(BM_GenerateDataset)
+    ->DenseRange(0, 2)
+    ->Unit(benchmark::kSecond)
+    ->UseRealTime()
     ->Iterations(1);
 
 }  // namespace

@@ -1,9 +1,9 @@
 // Inference speed: keypoint estimation of one frame (latency) and of a batch (throughput),
-// KEYCLD.md §3, and a 500-frame Dormand–Prince rollout of the learned dynamics in float64
-// (KEYCLD.md §5, §8: the VPT prediction). Untrained models of the right shapes: the estimator's
-// cost does not depend on its weights; the rollout's step count does (a trained model's learned
-// dynamics may need more steps), so it reports steps per rollout next to the time.
-// Run: build/inference_bench [--benchmark_filter=...] [--benchmark_repetitions=5]
+// docs/method.md §3, and a 500-frame Dormand–Prince rollout of the learned dynamics in float64
+// (docs/method.md §5, §8: the VPT prediction). Untrained models of the right shapes: the
+// estimator's cost does not depend on its weights; the rollout's step count does (a trained model's
+// learned dynamics may need more steps), so it reports steps per rollout next to the time. Run:
+// build/inference_bench [--benchmark_filter=...] [--benchmark_repetitions=5]
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
@@ -91,7 +91,7 @@ void BM_Rollout500Dopri5(benchmark::State& state) {
   std::vector<double> times(500);
   for (size_t i = 0; i < times.size(); ++i) times[i] = double(i) * spec.dt;
   torch::Tensor u = torch::zeros({R, spec.action_dim}, torch::kFloat64);
-  IntegratorOptions options;  // rtol = atol = 1.4e-8 (KEYCLD.md §5)
+  IntegratorOptions options;  // rtol = atol = 1.4e-8 (docs/method.md §5)
   int64_t steps = 0;
   for (auto _ : state) {
     Trajectory t =

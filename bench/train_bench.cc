@@ -1,4 +1,4 @@
-// Seconds per training step (one sequence: forward, backward, clip, Adam), KEYCLD.md §6, with
+// Seconds per training step (one sequence: forward, backward, clip, Adam), docs/method.md §6, with
 // frames/s and the achieved GFLOP/s against TrainingStepFlops (the estimator's and renderer's
 // convolutions, forward + both backward products; 172.0 GFLOP per 50-frame sequence at the
 // paper setting, 10.9 GFLOP at the CPU preset).

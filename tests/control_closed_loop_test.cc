@@ -1,4 +1,4 @@
-// The closed loop with MuJoCo (KEYCLD.md §10): swing-up of the pendulum with its true energy
+// The closed loop with MuJoCo (docs/method.md §10): swing-up of the pendulum with its true energy
 // terms in keypoint coordinates, the verdict, targets from images, the learned-model adapter
 // and the refusals of models that cannot be controlled.
 #include <gtest/gtest.h>

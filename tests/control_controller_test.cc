@@ -1,5 +1,5 @@
 // The true pendulum in keypoint coordinates against MuJoCo, and the energy-shaping controller
-// (KEYCLD.md §10) against the closed-loop equation it must produce.
+// (docs/method.md §10) against the closed-loop equation it must produce.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,7 +46,7 @@ TEST(ControlTruePendulum, ConstantsMatchTheMjcf) {
 }
 
 // The derivation's check: with the true V, B and M in keypoint coordinates, the constrained
-// Euler–Lagrange equations (KEYCLD.md §5) reproduce MuJoCo's acceleration of the tip in the
+// Euler–Lagrange equations (docs/method.md §5) reproduce MuJoCo's acceleration of the tip in the
 // image, p̈ = p_θ θ̈ + p_θθ θ̇², with θ̈ from mj_forward and p_θ, p_θθ by finite differences of
 // the simulator's projection.
 TEST(ControlTruePendulum, AccelerationMatchesMujocoInImageCoordinates) {
@@ -99,8 +99,8 @@ TEST(ControlController, PendulumActionIsTheClosedLoopEquation) {
         for (double theta : {0.2, 1.9, -3.0}) {
           for (double omega : {0.0, -2.0}) {
             auto [x, v] = TipState(env, theta, omega);
-            const double k = scale == GainScale::kMass ? model.inertia()
-                                                       : model.radius() * model.radius();
+            const double k =
+                scale == GainScale::kMass ? model.inertia() : model.radius() * model.radius();
             const double want = (-model.gravity_moment() * std::sin(theta) -
                                  k * (o.kp * std::sin(theta - target) + o.kd * omega)) /
                                 model.gear();
@@ -133,8 +133,7 @@ TEST(ControlController, ActuatorLimitClipsAndOptionsAreValidated) {
                    ControllerOptions{.u_max = -1}, ControllerOptions{.kp = NAN}}) {
     EXPECT_THROW(EnergyShapingController(model, target, bad), InputError);
   }
-  EXPECT_THROW(EnergyShapingController(model, torch::zeros({3}), ControllerOptions{}),
-               InputError);
+  EXPECT_THROW(EnergyShapingController(model, torch::zeros({3}), ControllerOptions{}), InputError);
   EXPECT_THROW(controller.Act(torch::zeros({1, 4}), v), InputError);
   EXPECT_EQ(ParseGainScale("mass"), GainScale::kMass);
   EXPECT_THROW(ParseGainScale("kg"), InputError);

@@ -1,4 +1,4 @@
-// Data set generation and the HDF5 format (KEYCLD.md §7, §8).
+// Data set generation and the HDF5 format (docs/method.md §7, §8).
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -107,8 +107,8 @@ TEST(DataGenerate, SameSeedSameFileForAnyWorkerCount) {
 
 TEST(DataGenerate, VptThresholdEqualsItsDefinitionOnTheStoredImages) {
   testing::TempDir dir;
-  Dataset d = Dataset::Open(
-      GenerateDataset(Tiny(dir.path(), EnvName::kPendulum, ControlMode::kNone)).path);
+  Dataset d =
+      Dataset::Open(GenerateDataset(Tiny(dir.path(), EnvName::kPendulum, ControlMode::kNone)).path);
   const auto& i = d.info();
   const size_t P = size_t(i.size) * i.size * 3;
   // Mean image = mean over runs of each run's time-averaged image.
@@ -158,9 +158,10 @@ TEST(DataGenerate, RejectsInvalidOptions) {
   EXPECT_THROW(GenerateDataset(o), InputError);
   o.control = ControlMode::kNone;
   using Edit = void (*)(GenerateOptions&);
-  for (Edit bad : {+[](GenerateOptions& x) { x.runs = 0; }, +[](GenerateOptions& x) { x.frames = 2; },
-                   +[](GenerateOptions& x) { x.size = 4; }, +[](GenerateOptions& x) { x.size = -64; },
-                   +[](GenerateOptions& x) { x.workers = -1; }}) {
+  for (Edit bad :
+       {+[](GenerateOptions& x) { x.runs = 0; }, +[](GenerateOptions& x) { x.frames = 2; },
+        +[](GenerateOptions& x) { x.size = 4; }, +[](GenerateOptions& x) { x.size = -64; },
+        +[](GenerateOptions& x) { x.workers = -1; }}) {
     GenerateOptions b = o;
     bad(b);
     EXPECT_THROW(GenerateDataset(b), InputError);

@@ -1,4 +1,4 @@
-// Holonomic constraints (KEYCLD.md §4): analytic D and h against autograd and central finite
+// Holonomic constraints (docs/method.md §4): analytic D and h against autograd and central finite
 // differences, values at known states, the empty set of KeyCLD-NC, and finiteness at
 // degenerate states.
 #include <gtest/gtest.h>

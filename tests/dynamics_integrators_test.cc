@@ -1,4 +1,4 @@
-// Integrators (KEYCLD.md §5) against the harmonic oscillator's exact solution: convergence
+// Integrators (docs/method.md §5) against the harmonic oscillator's exact solution: convergence
 // orders of Euler and RK4, Dormand–Prince accuracy at its tolerance, gradients through a
 // rollout, and typed errors for budgets, divergence and malformed input.
 #include <gtest/gtest.h>

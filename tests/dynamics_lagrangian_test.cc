@@ -1,4 +1,4 @@
-// Constrained Euler–Lagrange dynamics (KEYCLD.md §5) against independent truths: the analytic
+// Constrained Euler–Lagrange dynamics (docs/method.md §5) against independent truths: the analytic
 // small-angle pendulum, an independent 1-D integration of θ̈ = −(g/l) sin θ, conservation of
 // energy, Φ̈ = D ẍ + h = 0, the tangent-space projection, finite values at singular
 // configurations, and autograd against finite differences.
@@ -18,7 +18,7 @@ namespace {
 
 const torch::TensorOptions kF64 = torch::TensorOptions().dtype(torch::kFloat64);
 constexpr double kG = 9.81;  // gravity in normalized image units / s² (hand-set)
-constexpr double kL = 0.5;   // pendulum length of KEYCLD.md §4
+constexpr double kL = 0.5;   // pendulum length of docs/method.md §4
 
 // V = g · m² · y for one point mass per batch row; m is [K] = [1] or [B, 1].
 std::shared_ptr<EnergyModel> GravityModel(torch::Tensor mass_scalars) {

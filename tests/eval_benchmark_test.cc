@@ -1,4 +1,4 @@
-// keycld benchmark (KEYCLD.md §8, §9): pooled statistics by hand, the CSV layout, and the
+// keycld benchmark (docs/method.md §8, §9): pooled statistics by hand, the CSV layout, and the
 // command on a tiny data set: table rows, a VPT recomputed independently with a threshold set
 // in the data file, finished cells skipped on a rerun, more epochs resumed, bad presets refused.
 #include <gtest/gtest.h>

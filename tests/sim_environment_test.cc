@@ -1,4 +1,4 @@
-// Physics of the benchmark systems against independent truths (KEYCLD.md §7).
+// Physics of the benchmark systems against independent truths (docs/method.md §7).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,7 +26,7 @@ TEST(SimEnvironment, LoadsAllSystemsWithTheirDimensionsAndTimeSteps) {
   EXPECT_EQ(p.model()->opt.integrator, mjINT_EULER);
   EXPECT_EQ(c.model()->opt.integrator, mjINT_RK4);
   EXPECT_EQ(a.model()->opt.integrator, mjINT_RK4);
-  // Masses of KEYCLD.md §7: pendulum bob 1 kg (pole massless), cart 1 kg + pole 0.1 kg,
+  // Masses of docs/method.md §7: pendulum bob 1 kg (pole massless), cart 1 kg + pole 0.1 kg,
   // acrobot 1 kg + 1 kg.
   auto total_mass = [](const Environment& e) {
     double m = 0;
@@ -78,7 +78,8 @@ TEST(SimEnvironment, UnactuatedPendulumConservesEnergyOverARun) {
   // modified energy Ẽ = E − (h/2) H_p H_q = E + (h/2) θ̇ m g l sin θ (backward error analysis
   // of symplectic Euler). Stated tolerances over a 50-frame run, in units of m g l = 4.9 J:
   // |E − E0| < 10 % (largest measured: 6.6 %, from θ0 = 0.5), |Ẽ − Ẽ0| < 0.5 % (largest
-  // measured: 0.23 %, thirty times smaller, as the theory says), and no drift: the mean E over run 10 equals that over run 1 within 1 %.
+  // measured: 0.23 %, thirty times smaller, as the theory says), and no drift: the mean E over run
+  // 10 equals that over run 1 within 1 %.
   const double m = 1.0, l = 0.5, h = 0.02, mgl = m * kG * l;
   for (double theta0 : {0.5, 1.0, 2.0, 3.0, 3.1}) {
     Environment p(EnvName::kPendulum);
@@ -118,7 +119,8 @@ TEST(SimEnvironment, SmallAnglePeriodMatchesTheMathematicalPendulum) {
   while (crossings.size() < 4 && p.time() < 20) {
     p.Step();
     double cur = p.qpos()[0] - M_PI;
-    if (prev > 0 && cur <= 0) crossings.push_back(prev_t + (p.time() - prev_t) * prev / (prev - cur));
+    if (prev > 0 && cur <= 0)
+      crossings.push_back(prev_t + (p.time() - prev_t) * prev / (prev - cur));
     prev = cur;
     prev_t = p.time();
   }

@@ -1,4 +1,4 @@
-// Training (KEYCLD.md §6): loss decreases, exact resume, Ctrl-C, bad input, checkpoints.
+// Training (docs/method.md §6): loss decreases, exact resume, Ctrl-C, bad input, checkpoints.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-// The model variants keycld, keycld-nc and node2 (KEYCLD.md §5, §9): they share estimator,
+// The model variants keycld, keycld-nc and node2 (docs/method.md §5, §9): they share estimator,
 // renderer and losses and differ only in the dynamics. Checked against independent truths: the
 // unconstrained Euler–Lagrange equation with finite-difference ∇V, the constraint equation
 // D ẍ + h = 0, a hand-written MLP, finite-difference Jacobians, fine RK4 rollouts and checkpoints
@@ -39,7 +39,7 @@ void PerturbDynamics(Model& model, uint64_t seed, double std = 0.5) {
   }
 }
 
-// Cartpole states near the constraint manifold (KEYCLD.md §4): cart (c, 0), pole tip 0.5 away.
+// Cartpole states near the constraint manifold (docs/method.md §4): cart (c, 0), pole tip 0.5 away.
 torch::Tensor CartpoleStates(int64_t B, uint64_t seed) {
   torch::manual_seed(seed);
   auto opt = torch::TensorOptions().dtype(torch::kFloat64);
@@ -90,7 +90,7 @@ TEST(Variants, ParametersSplitIntoPerceptionAndDynamicsWithTheDocumentedShapes) 
     }
     if (kind == "node2") {
       EXPECT_EQ(dynamics_modules, (std::set<std::string>{"ode"}));
-      // [x, ẋ, u] (4K + A = 10) → 2h → 2h → 2h → 2K (KEYCLD.md §9), and nothing else.
+      // [x, ẋ, u] (4K + A = 10) → 2h → 2h → 2h → 2K (docs/method.md §9), and nothing else.
       auto p = model->named_parameters();
       EXPECT_EQ(p["ode.mlp.linear1.weight"].sizes(), (std::vector<int64_t>{16, 10}));
       EXPECT_EQ(p["ode.mlp.linear2.weight"].sizes(), (std::vector<int64_t>{16, 16}));

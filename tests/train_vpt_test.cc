@@ -1,4 +1,4 @@
-// VPT against hand-computed cases (KEYCLD.md §8): perfect predictor, mean-image predictor,
+// VPT against hand-computed cases (docs/method.md §8): perfect predictor, mean-image predictor,
 // a prediction that diverges at frame k.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -15,7 +15,7 @@ torch::Tensor FrameMse(const torch::Tensor& predicted, const torch::Tensor& trut
   return (predicted - truth).square().mean(2).to(torch::kFloat64);
 }
 
-// ε of KEYCLD.md §8 from videos [R, N, P]: mean over runs of the MSE between a run's frames
+// ε of docs/method.md §8 from videos [R, N, P]: mean over runs of the MSE between a run's frames
 // and the mean image (mean over runs of each run's time-averaged image).
 double Epsilon(const torch::Tensor& videos) {
   torch::Tensor mean_image = videos.mean(1).mean(0);
@@ -63,8 +63,8 @@ TEST(Vpt, APredictionThatDivergesAtFrameKScoresK) {
   EXPECT_EQ(r.vpt, diverge_at);
   EXPECT_NEAR(r.mean, 38.0 / 3.0, 1e-12);
   EXPECT_DOUBLE_EQ(r.median, 7.0);
-  const double var = (std::pow(0 - 38.0 / 3, 2) + std::pow(7 - 38.0 / 3, 2) +
-                      std::pow(31 - 38.0 / 3, 2)) / 3.0;
+  const double var =
+      (std::pow(0 - 38.0 / 3, 2) + std::pow(7 - 38.0 / 3, 2) + std::pow(31 - 38.0 / 3, 2)) / 3.0;
   EXPECT_NEAR(r.std, std::sqrt(var), 1e-12);
 }
 
@@ -87,10 +87,10 @@ TEST(LearningRateSchedule, CosineDecaysFromOneToTheFinalScale) {
   c.lr_schedule = "cosine";
   c.lr_final_scale = 0.1;
   EXPECT_DOUBLE_EQ(c.LearningRateFactor(0, 1000), 1.0);
-  EXPECT_NEAR(c.LearningRateFactor(500, 1000), 0.55, 1e-12);   // half way: (1 + f) / 2
+  EXPECT_NEAR(c.LearningRateFactor(500, 1000), 0.55, 1e-12);  // half way: (1 + f) / 2
   EXPECT_NEAR(c.LearningRateFactor(250, 1000), 0.1 + 0.9 * 0.5 * (1 + std::sqrt(0.5)), 1e-12);
   EXPECT_NEAR(c.LearningRateFactor(1000, 1000), 0.1, 1e-12);
-  EXPECT_NEAR(c.LearningRateFactor(5000, 1000), 0.1, 1e-12);   // past the end: stays final
+  EXPECT_NEAR(c.LearningRateFactor(5000, 1000), 0.1, 1e-12);  // past the end: stays final
   c.lr_decay_start = 0.5;  // constant for the first half, then the cosine over the second
   EXPECT_DOUBLE_EQ(c.LearningRateFactor(499, 1000), 1.0);
   EXPECT_NEAR(c.LearningRateFactor(750, 1000), 0.55, 1e-12);

@@ -88,9 +88,10 @@ void CheckFullyActuated(const ModelSpec& spec, const std::string& control_mode,
         "shaping needs a model trained on control mode 'full' data");
   }
   if (control_mode != "full") {
-    throw InputError("the model was trained on control mode '" + control_mode +
-                     "' data: its input matrix was not learned for every actuator, and energy "
-                     "shaping (KEYCLD.md §10) needs a fully actuated model (control mode 'full')");
+    throw InputError(
+        "the model was trained on control mode '" + control_mode +
+        "' data: its input matrix was not learned for every actuator, and energy "
+        "shaping (docs/method.md §10) needs a fully actuated model (control mode 'full')");
   }
 }
 

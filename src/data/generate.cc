@@ -146,7 +146,7 @@ void ForwardMujocoError(const char* msg) {
         env.SetAction(u);
         item.images.resize(frame_bytes * N);
         for (int t = 0; t < N; ++t) {
-          env.Step();  // frame 0 is rendered after the first step (KEYCLD.md §7)
+          env.Step();  // frame 0 is rendered after the first step (docs/method.md §7)
           renderer.Render(env, std::span(item.images.data() + t * frame_bytes, frame_bytes));
           item.time.push_back(env.time());
           for (double a : u) item.action.push_back(a);

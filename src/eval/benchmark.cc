@@ -16,6 +16,7 @@
 #include "keycld/eval/plot.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/metrics.h"
+#include "keycld/train/trained_run.h"
 #include "keycld/train/trainer.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/atomic_file.h"
@@ -315,7 +316,7 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
   std::ostringstream s;
   s << "# Valid prediction time: KeyCLD and its ablations\n\n";
   if (!options.command.empty()) s << "`" << options.command << "`\n\n";
-  s << "VPT in frames (KEYCLD.md §8): for each validation run, the number of frames predicted "
+  s << "VPT in frames (docs/method.md §8): for each validation run, the number of frames predicted "
        "from its first three before the rendered prediction's per-pixel MSE exceeds the data "
        "set's ε; mean ± standard deviation over the validation runs of all seeds. The best mean "
        "of each setting is in bold.\n\n";
@@ -386,33 +387,27 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
   return s.str();
 }
 
-BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  if (options.seeds < 1)
-    throw InputError("--seeds must be ≥ 1, got " + std::to_string(options.seeds));
-  if (options.epochs < 0) throw InputError("--epochs must be ≥ 1");
-  if (options.threads < 0) throw InputError("--threads must be ≥ 0");
-  if (options.envs.empty() || options.controls.empty() || options.models.empty()) {
-    throw InputError("--envs, --controls and --models must name at least one each");
-  }
-  const fs::path presets = ResolvePresetFolder(options.preset);
-  const fs::path out = options.out.empty()
-                           ? fs::path("runs") / ("benchmark-" + presets.filename().string())
-                           : options.out;
-  BenchmarkResult result;
-  // Settings first, so that a bad preset is reported before hours of training.
-  struct Setting {
-    EnvName env;
-    ControlMode control;
-    TrainConfig config;
-  };
+namespace {
+
+// One (environment, control) setting of the benchmark and its preset's config.
+struct Setting {
+  EnvName env;
+  ControlMode control;
+  TrainConfig config;
+};
+
+// The preset's configs of the selected settings, with the options' overrides; a combination
+// that does not exist (a control mode an environment lacks) becomes a note. Read first, so that
+// a bad preset is reported before hours of training.
+std::vector<Setting> ReadSettings(const BenchmarkOptions& options, const fs::path& presets,
+                                  BenchmarkResult* result) {
   std::vector<Setting> settings;
   for (EnvName env : options.envs) {
     for (ControlMode control : options.controls) {
       try {
         CheckControlMode(env, control);
       } catch (const InputError& e) {
-        result.notes.push_back("skipped " + SettingName(env, control) + ": " + e.what());
+        result->notes.push_back("skipped " + SettingName(env, control) + ": " + e.what());
         continue;
       }
       const fs::path file = presets / (SettingName(env, control) + ".toml");
@@ -440,143 +435,178 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
     }
   }
   if (settings.empty()) throw InputError("no valid (environment, control) combination selected");
+  return settings;
+}
+
+// Trains (or resumes) a cell's run up to cfg.epochs unless that epoch's checkpoint exists; a
+// diverged training marks the cell failed. A started run must have the preset's config.
+void TrainCell(const BenchmarkOptions& options, const TrainConfig& cfg, const fs::path& checkpoint,
+               const std::string& label, BenchmarkCell* cell) {
+  const bool started = fs::exists(cell->dir / "checkpoints" / "last.pt");
+  if (started) {
+    TrainConfig saved = TrainConfig::FromToml(cell->dir / "config.toml");
+    if (Comparable(saved) != Comparable(cfg)) {
+      throw InputError("'" + cell->dir.string() + "' was trained with another " +
+                       "configuration than preset '" + options.preset +
+                       "' asks for now: remove the folder or choose another --out");
+    }
+  }
+  if (fs::exists(checkpoint)) return;
+  if (!options.quiet) {
+    std::printf("%s: %s (%d epochs) in %s\n", label.c_str(),
+                started ? "resuming training" : "training", cfg.epochs, cell->dir.c_str());
+    std::fflush(stdout);
+  }
+  TrainOptions t;
+  t.config = cfg;
+  t.run_dir = cell->dir;
+  t.resume = started;
+  t.progress = options.progress;
+  t.quiet = options.quiet;
+  try {
+    Train(t);
+  } catch (const NumericalError& e) {
+    cell->failed = true;
+    cell->error = e.what();
+  }
+  if (!cell->failed && !fs::exists(checkpoint)) {
+    throw IoError("training of '" + cell->dir.string() + "' ended without " + checkpoint.string());
+  }
+}
+
+// The VPT of the cell's checkpoint over all validation runs of the data set.
+void ScoreCell(const BenchmarkOptions& options, const TrainConfig& cfg, const fs::path& checkpoint,
+               const fs::path& data_file, BenchmarkCell* cell) {
+  const auto eval_start = std::chrono::steady_clock::now();
+  TrainedRunOptions to;
+  to.run = checkpoint;
+  to.data = data_file;
+  to.device = cfg.device;
+  to.threads = cfg.threads;
+  TrainedRun run = OpenTrainedRun(to);
+  cell->steps = run.position.step;
+  ValidationScore score =
+      ValidationVpt(run.model, *run.data, cfg.rtol, cfg.atol, options.eval_batch);
+  cell->vpt = score.vpt;
+  cell->vpt_mean = score.mean;
+  cell->vpt_std = score.std;
+  cell->vpt_median = score.median;
+  cell->fallback_runs = score.fallback_runs;
+  cell->eval_seconds = Seconds(eval_start);
+}
+
+// One cell (setting × model × seed): its cached result, or trained, scored and saved.
+BenchmarkCell RunCell(const BenchmarkOptions& options, const Setting& setting,
+                      const fs::path& data_file, const DatasetInfo& info, const std::string& model,
+                      int seed, const fs::path& out, const std::string& label) {
+  BenchmarkCell cell;
+  cell.env = setting.env;
+  cell.control = setting.control;
+  cell.model = model;
+  cell.seed = seed;
+  cell.dir = out / CellName(setting.env, setting.control, model, seed);
+  TrainConfig cfg = setting.config;
+  cfg.model = model;
+  cfg.seed = uint64_t(seed);
+  cell.epochs = cfg.epochs;
+  const fs::path result_file = cell.dir / "result.json";
+  if (ReadCachedCell(result_file, cfg, data_file, &cell)) {
+    if (!options.quiet) {
+      std::printf(
+          "%s: finished before (%s)\n", label.c_str(),
+          cell.failed
+              ? "failed"
+              : ("VPT " + Fixed(cell.vpt_mean, 2) + " ± " + Fixed(cell.vpt_std, 2)).c_str());
+    }
+    return cell;
+  }
+  char epoch_name[32];
+  std::snprintf(epoch_name, sizeof epoch_name, "epoch-%04d.pt", cfg.epochs);
+  const fs::path checkpoint = cell.dir / "checkpoints" / epoch_name;
+  TrainCell(options, cfg, checkpoint, label, &cell);
+  cell.train_seconds = TrainingSeconds(ReadMetrics(cell.dir / "metrics.jsonl"), cfg.epochs);
+  if (!cell.failed) ScoreCell(options, cfg, checkpoint, data_file, &cell);
+  WriteTextAtomically(result_file, CellToJson(cell, cfg, info, data_file).dump(2) + "\n");
+  if (!options.quiet) {
+    if (cell.failed) {
+      std::printf("%s: failed: %s\n", label.c_str(), cell.error.c_str());
+    } else {
+      std::printf(
+          "%s: VPT %.2f ± %.2f frames (median %.1f, %zu runs), training %s, evaluation %s\n",
+          label.c_str(), cell.vpt_mean, cell.vpt_std, cell.vpt_median, cell.vpt.size(),
+          FormatDuration(cell.train_seconds).c_str(), FormatDuration(cell.eval_seconds).c_str());
+    }
+    std::fflush(stdout);
+  }
+  return cell;
+}
+
+// The data set of a setting, found or generated, and checked to be that setting's.
+Dataset OpenSettingData(const BenchmarkOptions& options, const Setting& setting,
+                        fs::path* data_file) {
+  PreparedDataset prepared = PrepareDataset(setting.config, options.gl, options.progress);
+  if (prepared.generated && !options.quiet) {
+    std::printf("wrote %s in %.1f s\n", prepared.path.c_str(), prepared.generation.seconds);
+  }
+  Dataset data = Dataset::Open(prepared.path);
+  if (data.info().env != setting.env || data.info().control != setting.control) {
+    throw InputError("'" + prepared.path.string() + "' is a " +
+                     SettingName(data.info().env, data.info().control) + " data set, not " +
+                     SettingName(setting.env, setting.control));
+  }
+  *data_file = prepared.path;
+  return data;
+}
+
+// Notes on failed cells and on runs scored with the fallback integrator.
+void AddCellNotes(BenchmarkResult* result) {
+  for (const BenchmarkCell& c : result->cells) {
+    if (c.failed) {
+      result->notes.push_back(CellName(c.env, c.control, c.model, c.seed) + " failed: " + c.error);
+    } else if (c.fallback_runs > 0) {
+      result->notes.push_back(CellName(c.env, c.control, c.model, c.seed) + ": " +
+                              std::to_string(c.fallback_runs) +
+                              " validation run(s) diverged under Dormand–Prince and were scored "
+                              "with fixed-step RK4");
+    }
+  }
+}
+
+}  // namespace
+
+BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (options.seeds < 1)
+    throw InputError("--seeds must be ≥ 1, got " + std::to_string(options.seeds));
+  if (options.epochs < 0) throw InputError("--epochs must be ≥ 1");
+  if (options.threads < 0) throw InputError("--threads must be ≥ 0");
+  if (options.envs.empty() || options.controls.empty() || options.models.empty()) {
+    throw InputError("--envs, --controls and --models must name at least one each");
+  }
+  const fs::path presets = ResolvePresetFolder(options.preset);
+  const fs::path out = options.out.empty()
+                           ? fs::path("runs") / ("benchmark-" + presets.filename().string())
+                           : options.out;
+  BenchmarkResult result;
+  const std::vector<Setting> settings = ReadSettings(options, presets, &result);
   for (const auto& n : result.notes) {
     if (!options.quiet) std::printf("%s\n", n.c_str());
   }
-
   const int total = int(settings.size() * options.models.size()) * options.seeds;
   int index = 0;
   for (const Setting& setting : settings) {
-    PreparedDataset prepared = PrepareDataset(setting.config, options.gl, options.progress);
-    if (prepared.generated && !options.quiet) {
-      std::printf("wrote %s in %.1f s\n", prepared.path.c_str(), prepared.generation.seconds);
-    }
-    Dataset data = Dataset::Open(prepared.path);
-    if (data.info().env != setting.env || data.info().control != setting.control) {
-      throw InputError("'" + prepared.path.string() + "' is a " +
-                       SettingName(data.info().env, data.info().control) + " data set, not " +
-                       SettingName(setting.env, setting.control));
-    }
+    fs::path data_file;
+    const Dataset data = OpenSettingData(options, setting, &data_file);
     for (const std::string& model : options.models) {
       for (int seed = 0; seed < options.seeds; ++seed) {
-        ++index;
-        BenchmarkCell cell;
-        cell.env = setting.env;
-        cell.control = setting.control;
-        cell.model = model;
-        cell.seed = seed;
-        cell.dir = out / CellName(setting.env, setting.control, model, seed);
-        TrainConfig cfg = setting.config;
-        cfg.model = model;
-        cfg.seed = uint64_t(seed);
-        cell.epochs = cfg.epochs;
-        const std::string label = "[" + std::to_string(index) + "/" + std::to_string(total) + "] " +
-                                  CellName(setting.env, setting.control, model, seed);
-        const fs::path result_file = cell.dir / "result.json";
-        if (ReadCachedCell(result_file, cfg, prepared.path, &cell)) {
-          if (!options.quiet) {
-            std::printf(
-                "%s: finished before (%s)\n", label.c_str(),
-                cell.failed
-                    ? "failed"
-                    : ("VPT " + Fixed(cell.vpt_mean, 2) + " ± " + Fixed(cell.vpt_std, 2)).c_str());
-          }
-          result.cells.push_back(cell);
-          continue;
-        }
-        // Train (or resume) up to the wanted epoch, unless its checkpoint exists.
-        char epoch_name[32];
-        std::snprintf(epoch_name, sizeof epoch_name, "epoch-%04d.pt", cfg.epochs);
-        const fs::path checkpoint = cell.dir / "checkpoints" / epoch_name;
-        const fs::path last = cell.dir / "checkpoints" / "last.pt";
-        const bool started = fs::exists(last);
-        if (started) {
-          TrainConfig saved = TrainConfig::FromToml(cell.dir / "config.toml");
-          if (Comparable(saved) != Comparable(cfg)) {
-            throw InputError("'" + cell.dir.string() + "' was trained with another " +
-                             "configuration than preset '" + options.preset +
-                             "' asks for now: remove the folder or choose another --out");
-          }
-        }
-        if (!fs::exists(checkpoint)) {
-          if (!options.quiet) {
-            std::printf("%s: %s (%d epochs) in %s\n", label.c_str(),
-                        started ? "resuming training" : "training", cfg.epochs, cell.dir.c_str());
-            std::fflush(stdout);
-          }
-          TrainOptions t;
-          t.config = cfg;
-          t.run_dir = cell.dir;
-          t.resume = started;
-          t.progress = options.progress;
-          t.quiet = options.quiet;
-          try {
-            Train(t);
-          } catch (const NumericalError& e) {
-            cell.failed = true;
-            cell.error = e.what();
-          }
-        }
-        if (!cell.failed && !fs::exists(checkpoint)) {
-          throw IoError("training of '" + cell.dir.string() + "' ended without " +
-                        checkpoint.string());
-        }
-        cell.train_seconds = TrainingSeconds(ReadMetrics(cell.dir / "metrics.jsonl"), cfg.epochs);
-        if (!cell.failed) {
-          const auto eval_start = std::chrono::steady_clock::now();
-          const int threads = cfg.threads > 0
-                                  ? cfg.threads
-                                  : int(std::max(1u, std::thread::hardware_concurrency()));
-          torch::set_num_threads(threads);
-          torch::Device device(torch::kCPU);
-          try {
-            device = torch::Device(cfg.device);
-          } catch (const c10::Error&) {
-            throw InputError("unknown device '" + cfg.device + "' (expected cpu, cuda or cuda:N)");
-          }
-          Model m = CreateModel(ReadCheckpointSpec(checkpoint));
-          m->to(device);
-          TrainPosition pos;
-          LoadCheckpoint(checkpoint, m, nullptr, &pos);
-          cell.steps = pos.step;
-          ValidationScore score = ValidationVpt(m, data, cfg.rtol, cfg.atol, options.eval_batch);
-          cell.vpt = score.vpt;
-          cell.vpt_mean = score.mean;
-          cell.vpt_std = score.std;
-          cell.vpt_median = score.median;
-          cell.fallback_runs = score.fallback_runs;
-          cell.eval_seconds = Seconds(eval_start);
-        }
-        WriteTextAtomically(result_file,
-                            CellToJson(cell, cfg, data.info(), prepared.path).dump(2) + "\n");
-        if (!options.quiet) {
-          if (cell.failed) {
-            std::printf("%s: failed: %s\n", label.c_str(), cell.error.c_str());
-          } else {
-            std::printf(
-                "%s: VPT %.2f ± %.2f frames (median %.1f, %zu runs), training %s, "
-                "evaluation %s\n",
-                label.c_str(), cell.vpt_mean, cell.vpt_std, cell.vpt_median, cell.vpt.size(),
-                FormatDuration(cell.train_seconds).c_str(),
-                FormatDuration(cell.eval_seconds).c_str());
-          }
-          std::fflush(stdout);
-        }
-        result.cells.push_back(cell);
+        const std::string label = "[" + std::to_string(++index) + "/" + std::to_string(total) +
+                                  "] " + CellName(setting.env, setting.control, model, seed);
+        result.cells.push_back(
+            RunCell(options, setting, data_file, data.info(), model, seed, out, label));
       }
     }
   }
-
-  for (const BenchmarkCell& c : result.cells) {
-    if (c.failed) {
-      result.notes.push_back(CellName(c.env, c.control, c.model, c.seed) + " failed: " + c.error);
-    } else if (c.fallback_runs > 0) {
-      result.notes.push_back(CellName(c.env, c.control, c.model, c.seed) + ": " +
-                             std::to_string(c.fallback_runs) +
-                             " validation run(s) diverged under Dormand–Prince and were scored "
-                             "with fixed-step RK4");
-    }
-  }
+  AddCellNotes(&result);
   result.rows = SummarizeCells(result.cells);
   result.csv = out / "results.csv";
   result.markdown = out / "results.md";

@@ -590,50 +590,17 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   return report;
 }
 
-std::vector<CheckpointRow> EvaluateCheckpoints(const EvaluateOptions& options) {
-  CheckEvaluateOptions(options);
-  const fs::path dir = options.run_dir / "checkpoints";
-  std::vector<fs::path> files;
-  if (fs::is_directory(dir)) {
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind("epoch-", 0) == 0 && e.path().extension() == ".pt") files.push_back(e.path());
-    }
-  }
-  if (files.empty()) {
-    throw IoError("no epoch checkpoints (checkpoints/epoch-NNNN.pt) in '" +
-                  options.run_dir.string() + "'");
-  }
-  std::sort(files.begin(), files.end());
-  std::vector<CheckpointRow> rows;
-  torch::Tensor images, actions;
-  for (const fs::path& file : files) {
-    EvaluateOptions o = options;
-    o.checkpoint = file;
-    TrainedRun run = OpenForEvaluation(o);
-    if (!images.defined()) LoadRuns(*run.data, run.data->ValidationRuns(), &images, &actions);
-    CheckpointRow row;
-    row.checkpoint = file;
-    row.epoch = run.position.epoch;
-    row.step = run.position.step;
-    row.vpt = ScoreValidationRuns(run, images, actions, options.method);
-    row.rollouts = DiagnoseRollouts(run.model, images, row.vpt, run.data->info().vpt_epsilon);
-    EvaluationReport scratch;
-    FillRunFacts(run, options, &scratch);
-    AnalyseGrid(run, &scratch);
-    row.dynamics = scratch.dynamics;
-    rows.push_back(std::move(row));
-    std::printf("  %s: VPT %.2f ± %.2f, acceleration scale %.3f\n", file.filename().c_str(),
-                rows.back().vpt.mean, rows.back().vpt.std, rows.back().dynamics.acceleration.scale);
-    std::fflush(stdout);
-  }
+namespace {
 
+// checkpoints.{json,md} and, with plots, the VPT and acceleration scale after each epoch.
+void WriteCheckpointTable(const EvaluateOptions& options, const std::vector<CheckpointRow>& rows,
+                          int64_t validation_runs) {
   const fs::path out = options.out_dir.empty() ? options.run_dir / "report" : options.out_dir;
   fs::create_directories(out);
   json j = json::array();
   std::ostringstream md;
   md << "# Checkpoints of `" << options.run_dir.string() << "`\n\n"
-     << "VPT over all " << images.size(0) << " validation runs ("
+     << "VPT over all " << validation_runs << " validation runs ("
      << IntegratorMethodString(options.method) << "), learned / true acceleration at the grid "
      << "states (1 = right), keypoint error of the rollouts.\n\n"
      << "| epoch | step | VPT mean ± std | median | acceleration scale (R²) | VPT with perfect "
@@ -675,6 +642,49 @@ std::vector<CheckpointRow> EvaluateCheckpoints(const EvaluateOptions& options) {
   }
   WriteTextAtomically(out / "checkpoints.json", j.dump(2) + "\n");
   WriteTextAtomically(out / "checkpoints.md", md.str());
+}
+
+}  // namespace
+
+std::vector<CheckpointRow> EvaluateCheckpoints(const EvaluateOptions& options) {
+  CheckEvaluateOptions(options);
+  const fs::path dir = options.run_dir / "checkpoints";
+  std::vector<fs::path> files;
+  if (fs::is_directory(dir)) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("epoch-", 0) == 0 && e.path().extension() == ".pt") files.push_back(e.path());
+    }
+  }
+  if (files.empty()) {
+    throw IoError("no epoch checkpoints (checkpoints/epoch-NNNN.pt) in '" +
+                  options.run_dir.string() + "'");
+  }
+  std::sort(files.begin(), files.end());
+  std::vector<CheckpointRow> rows;
+  torch::Tensor images, actions;
+  for (const fs::path& file : files) {
+    EvaluateOptions o = options;
+    o.checkpoint = file;
+    TrainedRun run = OpenForEvaluation(o);
+    if (!images.defined()) LoadRuns(*run.data, run.data->ValidationRuns(), &images, &actions);
+    CheckpointRow row;
+    row.checkpoint = file;
+    row.epoch = run.position.epoch;
+    row.step = run.position.step;
+    row.vpt = ScoreValidationRuns(run, images, actions, options.method);
+    row.rollouts = DiagnoseRollouts(run.model, images, row.vpt, run.data->info().vpt_epsilon);
+    EvaluationReport scratch;
+    FillRunFacts(run, options, &scratch);
+    AnalyseGrid(run, &scratch);
+    row.dynamics = scratch.dynamics;
+    rows.push_back(std::move(row));
+    std::printf("  %s: VPT %.2f ± %.2f, acceleration scale %.3f\n", file.filename().c_str(),
+                rows.back().vpt.mean, rows.back().vpt.std, rows.back().dynamics.acceleration.scale);
+    std::fflush(stdout);
+  }
+
+  WriteCheckpointTable(options, rows, images.size(0));
   return rows;
 }
 

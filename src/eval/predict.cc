@@ -313,7 +313,7 @@ std::vector<uint8_t> ResimulateFrames(const Dataset& data, int run, int from_fra
   const size_t frame_bytes = size_t(info.size) * info.size * 3;
   std::vector<uint8_t> frames(frame_bytes * count);
   for (int i = 0; i < count; ++i) {
-    env.Step();  // frame t is the state after t + 1 steps (KEYCLD.md §7)
+    env.Step();  // frame t is the state after t + 1 steps (docs/method.md §7)
     renderer.Render(env, std::span(frames.data() + frame_bytes * i, frame_bytes));
   }
   return frames;

@@ -31,7 +31,8 @@ fs::path WriteRunReport(const RunReportInputs& in) {
   md << "# keycld run: " << e.env << ", control " << e.control << "\n\n"
      << "**Valid prediction time: " << Num("%.2f", e.vpt.mean) << " ± " << Num("%.2f", e.vpt.std)
      << " frames (median " << Num("%.1f", e.vpt.median) << ") over " << e.vpt.vpt.size()
-     << " validation runs**, " << e.solver << " rollouts from the first three frames (KEYCLD.md §8).\n\n"
+     << " validation runs**, " << e.solver
+     << " rollouts from the first three frames (docs/method.md §8).\n\n"
      << "| step | |\n| --- | --- |\n"
      << "| configuration | `" << in.config_file.string() << "` (resolved: `"
      << Link(dir, in.run_dir / "config.toml") << "`) |\n"

@@ -1,4 +1,4 @@
-// The closed loop of KEYCLD.md §10 with the MuJoCo simulator: every step renders the camera
+// The closed loop of docs/method.md §10 with the MuJoCo simulator: every step renders the camera
 // frame, estimates the keypoints from it, estimates their velocity by a backward difference
 // projected onto the constraints' tangent space, computes the energy-shaping action and steps
 // the simulator. The controller sees only the images; the true state is recorded for judging.
@@ -23,14 +23,14 @@ namespace keycld {
 
 /// One step of the closed loop.
 struct ControlStep {
-  double time = 0;                  ///< s, simulator time of the frame (before this step)
-  std::vector<double> qpos, qvel;   ///< true joint state at the frame [nq], [nv] (rad, m, /s)
-  std::vector<double> keypoints;    ///< estimated x [2K] (normalized image coordinates)
-  std::vector<double> velocity;     ///< estimated, projected ẋ [2K] (normalized units / s)
-  std::vector<double> action;       ///< applied u [A] (after the limit, actuator units)
-  std::vector<double> unclipped;    ///< u before the limit [A]
-  double potential = 0;             ///< model's V(x) (model's energy unit)
-  double kinetic = 0;               ///< ½ ẋᵀ M ẋ with the model's M
+  double time = 0;                 ///< s, simulator time of the frame (before this step)
+  std::vector<double> qpos, qvel;  ///< true joint state at the frame [nq], [nv] (rad, m, /s)
+  std::vector<double> keypoints;   ///< estimated x [2K] (normalized image coordinates)
+  std::vector<double> velocity;    ///< estimated, projected ẋ [2K] (normalized units / s)
+  std::vector<double> action;      ///< applied u [A] (after the limit, actuator units)
+  std::vector<double> unclipped;   ///< u before the limit [A]
+  double potential = 0;            ///< model's V(x) (model's energy unit)
+  double kinetic = 0;              ///< ½ ẋᵀ M ẋ with the model's M
 };
 
 /// Render → estimate → control → step, one call per control step (Δt = env.timestep()).
@@ -62,8 +62,8 @@ class ClosedLoop {
 
 /// A target for the controller: its keypoints x* and the image they came from.
 struct ControlTarget {
-  torch::Tensor keypoints;               ///< x* [1, 2K] float64
-  std::vector<uint8_t> image;            ///< uint8 [S, S, 3]
+  torch::Tensor keypoints;                  ///< x* [1, 2K] float64
+  std::vector<uint8_t> image;               ///< uint8 [S, S, 3]
   std::optional<std::vector<double>> qpos;  ///< the true target state, when known
 };
 
@@ -82,20 +82,20 @@ std::vector<double> JointErrors(const Environment& env, const std::vector<double
 /// Per-joint tolerances [nq]: `angle` for hinges (rad), `position` for slides (m).
 std::vector<double> JointTolerances(const Environment& env, double angle, double position);
 
-/// Success from the simulator's true state (KEYCLD.md §10: reach and hold the target).
+/// Success from the simulator's true state (docs/method.md §10: reach and hold the target).
 struct ControlVerdict {
   /// Every |error| ≤ tolerance and every joint speed |q̇| ≤ speed_tolerance during the last
   /// hold_seconds. The speed bound rejects a system that spins through the target between
   /// frames (a loop that sees the target at every sample while turning 2π·k per step).
   bool success = false;
   double hold_seconds = 1.0;
-  std::vector<double> tolerances;     ///< [nq]
-  std::vector<double> final_errors;   ///< q − q* at the last frame [nq] (wrapped)
+  std::vector<double> tolerances;       ///< [nq]
+  std::vector<double> final_errors;     ///< q − q* at the last frame [nq] (wrapped)
   std::vector<double> max_hold_errors;  ///< max |q − q*| over the last hold_seconds [nq]
   double speed_tolerance = 1.0;         ///< rad/s or m/s, for every joint
   double max_hold_speed = 0;            ///< max |q̇| over joints and the last hold_seconds
-  /// Time (s from the first frame) from which every |error| and |q̇| stays within tolerance to the end;
-  /// NaN when the last frame is outside.
+  /// Time (s from the first frame) from which every |error| and |q̇| stays within tolerance to the
+  /// end; NaN when the last frame is outside.
   double settle_time = std::numeric_limits<double>::quiet_NaN();
 };
 /// Judges a recorded loop against the true target state. Throws InputError for no steps or a

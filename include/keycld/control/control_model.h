@@ -1,11 +1,11 @@
-// What the energy-shaping controller of KEYCLD.md §10 needs from a model of the system:
+// What the energy-shaping controller of docs/method.md §10 needs from a model of the system:
 // keypoints from an image, the potential energy and its gradient, the input matrix, the mass
 // matrix and the projection onto the tangent space of the holonomic constraints. Two
 // implementations: the learned KeyCLD model (LearnedControlModel, here) and the true pendulum
 // written in keypoint coordinates (TruePendulumModel, true_pendulum.h).
 //
 // Conventions: states are float64 CPU tensors [B, 2K] in the normalized image coordinates of
-// KEYCLD.md §2 ordered (x₁, y₁, …, x_K, y_K); velocities in normalized units per second;
+// docs/method.md §2 ordered (x₁, y₁, …, x_K, y_K); velocities in normalized units per second;
 // energies in the model's own energy unit (arbitrary for a learned model, J for the true one).
 #pragma once
 
@@ -42,7 +42,7 @@ class ControlModel {
   virtual torch::Tensor InputMatrix(const torch::Tensor& x) = 0;
   /// Diagonal of the constant mass matrix M [2K].
   virtual torch::Tensor MassDiagonal() = 0;
-  /// v − D⁺ D v, the projection onto the tangent space of Φ at x (KEYCLD.md §5), for
+  /// v − D⁺ D v, the projection onto the tangent space of Φ at x (docs/method.md §5), for
   /// velocities and forces alike (the identity without constraints): x, v [B, 2K] → [B, 2K].
   virtual torch::Tensor ProjectTangent(const torch::Tensor& x, const torch::Tensor& v) = 0;
 };
@@ -75,7 +75,7 @@ class LearnedControlModel : public ControlModel {
 };
 
 /// Refuses, with an InputError that says why, a trained model that cannot drive `env` with
-/// the controller of KEYCLD.md §10: another environment, an action dimension other than the
+/// the controller of docs/method.md §10: another environment, an action dimension other than the
 /// environment's actuator count, or a model trained on data of another control mode than
 /// "full" (its input matrix was never trained for every actuator). `control_mode` is the
 /// run's [data] control ("" when unknown: refused too, as nothing says the model is fully

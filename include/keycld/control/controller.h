@@ -1,4 +1,4 @@
-// Energy-shaping control in keypoint coordinates (KeyCLD §10 / KEYCLD.md §10):
+// Energy-shaping control in keypoint coordinates (KeyCLD §10 / docs/method.md §10):
 //   u = B(x)⁺ (∇V(x) − K_p (x − x*) − K_d ẋ)
 // cancels the model's gravity (∇V), replaces it by a spring to the target keypoints x* and adds
 // damping.

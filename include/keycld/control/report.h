@@ -1,4 +1,4 @@
-// Files a closed-loop control run leaves behind (KEYCLD.md §10): the per-step CSV, the plot of
+// Files a closed-loop control run leaves behind (docs/method.md §10): the per-step CSV, the plot of
 // the true joint errors and the video with the keypoints and the target drawn over the frames.
 // Every file is written atomically.
 #pragma once

@@ -1,6 +1,6 @@
 // The true pendulum of assets/envs/pendulum.xml written in keypoint coordinates: the
-// potential energy, input matrix and mass matrix that KeyCLD (KEYCLD.md §1, §5) would learn if it
-// learned them exactly, derived from the MuJoCo model and the camera projection. A reference for
+// potential energy, input matrix and mass matrix that KeyCLD (docs/method.md §1, §5) would learn if
+// it learned them exactly, derived from the MuJoCo model and the camera projection. A reference for
 // the controller (no learning involved) and for tests of the closed loop.
 //
 // Derivation. The camera looks along +y at the plane of motion y = 0 from the pivot's height, so
@@ -12,7 +12,7 @@
 //                                                 MuJoCo's joint-space mass matrix);
 //   potential       V = m g r_c cos θ = m g r_c p_y / R (r_c: pivot–centre-of-mass distance);
 //   input matrix    B(p) = gear · ∂θ/∂p (virtual work gear·u·δθ = (B u)·δp).
-// With the constraint ‖p‖ − R = 0 the constrained Euler–Lagrange equations of KEYCLD.md §5
+// With the constraint ‖p‖ − R = 0 the constrained Euler–Lagrange equations of docs/method.md §5
 // give I θ̈ = m g r_c sin θ + gear·u, MuJoCo's equation of motion. Energies are in J.
 #pragma once
 
@@ -46,8 +46,8 @@ class TruePendulumModel : public ControlModel {
   torch::Tensor MassDiagonal() override;
   torch::Tensor ProjectTangent(const torch::Tensor& x, const torch::Tensor& v) override;
 
-  /// The constrained acceleration ẍ of KEYCLD.md §5 with these V, B, M and Φ: x, ẋ [B, 2], u [1]
-  /// or [B, 1] → [B, 2] (normalized units / s²).
+  /// The constrained acceleration ẍ of docs/method.md §5 with these V, B, M and Φ: x, ẋ [B, 2], u
+  /// [1] or [B, 1] → [B, 2] (normalized units / s²).
   torch::Tensor Acceleration(const torch::Tensor& x, const torch::Tensor& xdot,
                              const torch::Tensor& u);
 

@@ -1,4 +1,4 @@
-// KeyCLD data sets on disk (HDF5), KEYCLD.md §7. Layout (format version 1):
+// KeyCLD data sets on disk (HDF5), docs/method.md §7. Layout (format version 1):
 //   /images      uint8   [runs, frames, H, W, 3]  RGB, row 0 = top
 //   /time        float64 [runs, frames]           s, time of each frame (frame 0 after 1 step)
 //   /action      float64 [runs, frames, nu]       constant within a run
@@ -32,8 +32,8 @@ struct DatasetInfo {
   int runs = 0, frames = 0, size = 0;
   uint64_t seed = 0;
   int nq = 0, nv = 0, nu = 0;
-  double dt = 0;            // s, frame interval = physics time step
-  double vpt_epsilon = 0;   // KEYCLD.md §8 threshold, per-pixel MSE on [0, 1] images
+  double dt = 0;           // s, frame interval = physics time step
+  double vpt_epsilon = 0;  // docs/method.md §8 threshold, per-pixel MSE on [0, 1] images
   int train_runs = 0, validation_runs = 0;
   int format_version = 0;
   std::string mujoco_version, keycld_version, gl_backend, gl_renderer;

@@ -1,4 +1,4 @@
-// Data set generation with MuJoCo physics and headless rendering (KEYCLD.md §7).
+// Data set generation with MuJoCo physics and headless rendering (docs/method.md §7).
 #pragma once
 
 #include <cstdint>
@@ -23,8 +23,8 @@ struct GenerateOptions {
   GlBackend gl = GlBackend::kAuto;
   std::filesystem::path out_dir = "data";
   std::filesystem::path assets_dir = DefaultAssetsDir();
-  bool force = false;     // regenerate even if the file exists
-  bool progress = true;   // progress bar on a terminal
+  bool force = false;    // regenerate even if the file exists
+  bool progress = true;  // progress bar on a terminal
 };
 
 /// Throws InputError for an invalid option (counts ≤ 0, size outside [8, 1024], pendulum
@@ -36,8 +36,8 @@ std::filesystem::path DatasetPath(const GenerateOptions& options);
 
 struct GenerateResult {
   std::filesystem::path path;
-  bool reused = false;     // the file existed with identical parameters
-  double seconds = 0;      // wall time of the generation
+  bool reused = false;  // the file existed with identical parameters
+  double seconds = 0;   // wall time of the generation
   double frames_per_second = 0;
   DatasetInfo info;
 };

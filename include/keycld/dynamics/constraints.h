@@ -1,7 +1,7 @@
 // Holonomic constraints Φ(x) = 0 on keypoint coordinates, with their analytic Jacobian
-// D = ∂Φ/∂x and curvature term h_c = ẋᵀ ∇²Φ_c ẋ (KeyCLD §4 / KEYCLD.md §4).
+// D = ∂Φ/∂x and curvature term h_c = ẋᵀ ∇²Φ_c ẋ (KeyCLD §4 / docs/method.md §4).
 //
-// States are batched rows x ∈ [B, 2K] in normalized image coordinates (KEYCLD.md §2), ordered
+// States are batched rows x ∈ [B, 2K] in normalized image coordinates (docs/method.md §2), ordered
 // (x₁, y₁, x₂, y₂, …, x_K, y_K). Every method follows the device and dtype of its input and is
 // differentiable by autograd (also into x), so training can backpropagate through it.
 #pragma once
@@ -40,8 +40,8 @@ struct ConstraintTerm {
 };
 
 /// A set of C holonomic constraints on K keypoints (KeyCLD §4). C may be 0: the
-/// "no constraints" set of the KeyCLD-NC ablation (KEYCLD.md §9), for which Φ, D and h are empty
-/// tensors ([B, 0], [B, 0, 2K], [B, 0]).
+/// "no constraints" set of the KeyCLD-NC ablation (docs/method.md §9), for which Φ, D and h are
+/// empty tensors ([B, 0], [B, 0, 2K], [B, 0]).
 ///
 /// Norms are regularised as ‖p‖_ε = sqrt(‖p‖² + kNormEpsilonSquared) so that Φ, D, h and their
 /// autograd gradients stay finite where a point sits on the pivot or two points coincide; D and
@@ -55,12 +55,12 @@ class HolonomicConstraints {
   /// Throws InputError when num_keypoints < 1 or a term indexes outside the state.
   HolonomicConstraints(int num_keypoints, std::vector<ConstraintTerm> terms);
 
-  /// The constraints of KEYCLD.md §4 (lengths are fixed constants):
+  /// The constraints of docs/method.md §4 (lengths are fixed constants):
   ///   pendulum (K = 1): ‖p₁‖ − 0.5;
   ///   cartpole (K = 2): y₁; ‖p₁ − p₂‖ − 0.5;
   ///   acrobot  (K = 2): ‖p₁‖ − 0.3; ‖p₁ − p₂‖ − 0.3.
   static HolonomicConstraints ForEnvironment(EnvName env);
-  /// No constraints (C = 0) on K keypoints: the KeyCLD-NC ablation (KEYCLD.md §9).
+  /// No constraints (C = 0) on K keypoints: the KeyCLD-NC ablation (docs/method.md §9).
   static HolonomicConstraints None(int num_keypoints);
 
   int num_keypoints() const { return num_keypoints_; }

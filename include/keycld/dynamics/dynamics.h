@@ -1,9 +1,9 @@
 // The one interface of the dynamics layer: a batched second-order model ẍ = g(x, ẋ, u) in
 // keypoint coordinates (KeyCLD §5). Implementations:
 //   - LagrangianDynamics (lagrangian.h): the constrained Euler–Lagrange model of KeyCLD, and with
-//     HolonomicConstraints::None the unconstrained ablation KeyCLD-NC (KEYCLD.md §9);
+//     HolonomicConstraints::None the unconstrained ablation KeyCLD-NC (docs/method.md §9);
 //   - FunctionDynamics (below): any callable; Model (train/keycld_model.h) wraps the
-//     black-box second-order neural ODE of the NODE2 baseline (KEYCLD.md §9) in it, whose MLP
+//     black-box second-order neural ODE of the NODE2 baseline (docs/method.md §9) in it, whose MLP
 //     (SecondOrderOde) lives in the model layer.
 #pragma once
 
@@ -22,11 +22,11 @@ class Dynamics {
 
   /// Acceleration ẍ [B, 2K] (normalized image coordinates / s²) of the states x, ẋ [B, 2K]
   /// under the action u: [B, A], [A] (shared by the batch), or an undefined / empty tensor for
-  /// no action (KEYCLD.md §5: the action is constant over a sequence).
+  /// no action (docs/method.md §5: the action is constant over a sequence).
   virtual torch::Tensor Acceleration(const torch::Tensor& x, const torch::Tensor& xdot,
                                      const torch::Tensor& u) = 0;
 
-  /// Makes an estimated initial velocity consistent with the model (KEYCLD.md §5): the
+  /// Makes an estimated initial velocity consistent with the model (docs/method.md §5): the
   /// constrained model projects ẋ [B, 2K] onto the tangent space of its constraints; the default
   /// returns ẋ unchanged.
   virtual torch::Tensor ProjectVelocity(const torch::Tensor& x, const torch::Tensor& xdot) {
@@ -43,7 +43,7 @@ class Dynamics {
 };
 
 /// Dynamics given by a callable ẍ = g(x, ẋ, u) (shapes as in Dynamics::Acceleration); the hook
-/// for a black-box neural ODE (NODE2, KEYCLD.md §9) or a hand-written model in tests.
+/// for a black-box neural ODE (NODE2, docs/method.md §9) or a hand-written model in tests.
 class FunctionDynamics : public Dynamics {
  public:
   using Function = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& xdot,

@@ -76,7 +76,7 @@ int EvaluationsPerStep(IntegratorMethod method);
 
 struct IntegratorOptions {
   // --- Dormand–Prince 5(4) ---
-  /// Relative and absolute tolerance (KEYCLD.md §5: about 1.4e-8). A step is accepted when
+  /// Relative and absolute tolerance (docs/method.md §5: about 1.4e-8). A step is accepted when
   /// max over the batch of RMS_i(err_i / (atol + rtol · max(|y0_i|, |y1_i|))) ≤ 1, the RMS
   /// running over the 2N entries of (x, ẋ) of one batch row: every trajectory meets the
   /// tolerance on its own, whatever the batch size.

@@ -1,8 +1,8 @@
-// Constrained Euler–Lagrange dynamics in keypoint coordinates (KeyCLD §5 / KEYCLD.md §5):
+// Constrained Euler–Lagrange dynamics in keypoint coordinates (KeyCLD §5 / docs/method.md §5):
 //   f = −∇V(x) + B(x) u,
 //   λ = (D M⁻¹ Dᵀ)⁻¹ (D M⁻¹ f + h),
 //   ẍ = M⁻¹ (f − Dᵀ λ),
-// with the constant diagonal mass matrix M = diag(m₁², m₁², m₂², m₂², …) (KEYCLD.md §3), the
+// with the constant diagonal mass matrix M = diag(m₁², m₁², m₂², m₂², …) (docs/method.md §3), the
 // constraint Jacobian D and curvature term h of HolonomicConstraints (constraints.h). This keeps
 // Φ̈ = D ẍ + h = 0. Without constraints (KeyCLD-NC) ẍ = M⁻¹ f.
 //
@@ -40,7 +40,7 @@
 
 namespace keycld {
 
-/// Diagonal of the mass matrix M = diag(m₁², m₁², m₂², m₂², …) (KEYCLD.md §3) from the
+/// Diagonal of the mass matrix M = diag(m₁², m₁², m₂², m₂², …) (docs/method.md §3) from the
 /// per-keypoint mass scalars m: [K] → [2K] (or [B, K] → [B, 2K]). Masses are squared so that
 /// they stay positive; a zero scalar gives an infinite inverse mass.
 torch::Tensor MassMatrixDiagonal(const torch::Tensor& mass_scalars);
@@ -78,15 +78,15 @@ torch::Tensor ConstrainedAcceleration(const HolonomicConstraints& constraints,
                                       const torch::Tensor& mass_scalars, const torch::Tensor& force,
                                       const ConstraintSolveOptions& options = {});
 
-/// Projects velocities onto the tangent space of the constraints (KEYCLD.md §5, initial velocity
-/// from central differences): ẋ ← ẋ − D⁺ D ẋ with D⁺ = Dᵀ (D Dᵀ)⁻¹ (Euclidean metric), solved
-/// as configured in `options`. x, ẋ [B, 2K] → [B, 2K]; D ẋ ≈ 0 afterwards.
+/// Projects velocities onto the tangent space of the constraints (docs/method.md §5, initial
+/// velocity from central differences): ẋ ← ẋ − D⁺ D ẋ with D⁺ = Dᵀ (D Dᵀ)⁻¹ (Euclidean metric),
+/// solved as configured in `options`. x, ẋ [B, 2K] → [B, 2K]; D ẋ ≈ 0 afterwards.
 torch::Tensor ProjectVelocity(const HolonomicConstraints& constraints, const torch::Tensor& x,
                               const torch::Tensor& xdot,
                               const ConstraintSolveOptions& options = {});
 
 /// The learned (or hand-set) parts of the Lagrangian: potential energy V, input matrix B and the
-/// mass scalars m (KEYCLD.md §3). The model layer implements it with its torch::nn modules.
+/// mass scalars m (docs/method.md §3). The model layer implements it with its torch::nn modules.
 class EnergyModel {
  public:
   virtual ~EnergyModel() = default;
@@ -144,7 +144,7 @@ class LagrangianDynamics : public Dynamics {
   /// Dynamics::Acceleration.
   torch::Tensor Acceleration(const torch::Tensor& x, const torch::Tensor& xdot,
                              const torch::Tensor& u) override;
-  /// ẋ − D⁺ D ẋ (KEYCLD.md §5); identity without constraints.
+  /// ẋ − D⁺ D ẋ (docs/method.md §5); identity without constraints.
   torch::Tensor ProjectVelocity(const torch::Tensor& x, const torch::Tensor& xdot) override;
 
   const HolonomicConstraints& constraints() const { return constraints_; }

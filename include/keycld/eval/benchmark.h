@@ -1,4 +1,4 @@
-// The paper's comparison (KEYCLD.md §8, §9): valid prediction time of KeyCLD against KeyCLD-NC
+// The paper's comparison (docs/method.md §8, §9): valid prediction time of KeyCLD against KeyCLD-NC
 // and NODE2 on the benchmark settings, from training presets, resumable cell by cell.
 //
 // A cell is one (environment, control mode, model, seed). Its run folder
@@ -88,8 +88,8 @@ struct BenchmarkResult {
 /// the working directory). Throws InputError if neither exists.
 std::filesystem::path ResolvePresetFolder(const std::string& preset);
 
-/// VPT of every validation run (KEYCLD.md §8) of `data` with `model`: threshold ε from the data
-/// set, Dormand–Prince with rtol and atol in float64, `batch` runs per rollout. When a batch
+/// VPT of every validation run (docs/method.md §8) of `data` with `model`: threshold ε from the
+/// data set, Dormand–Prince with rtol and atol in float64, `batch` runs per rollout. When a batch
 /// fails (NumericalError: the rollout diverged), its runs are redone one at a time, and a run
 /// that still fails is scored from a fixed-step RK4 rollout (10 steps per frame) whose frames
 /// count as invalid from the first non-finite keypoint on (VPT 0 if even that fails); their

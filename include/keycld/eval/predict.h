@@ -1,4 +1,4 @@
-// Long-term video prediction of one validation run (KEYCLD.md §8), as a GIF, a CSV and an MSE
+// Long-term video prediction of one validation run (docs/method.md §8), as a GIF, a CSV and an MSE
 // plot: `keycld predict` and the report of `keycld run`.
 #pragma once
 
@@ -35,13 +35,13 @@ struct PredictionOutput {
   int simulated_frames = 0;  // ground-truth frames re-simulated beyond them (F − N when F > N)
   double dt = 0;             // frame interval (s)
   double epsilon = 0;        // VPT threshold: the data set's vpt_epsilon
-  int vpt = 0;               // first frame whose MSE exceeds ε (F − 1 if none), KEYCLD.md §8
-  std::vector<double> mse;   // [F] per-pixel MSE of each predicted frame (images in [0, 1])
+  int vpt = 0;  // first frame whose MSE exceeds ε (F − 1 if none), docs/method.md §8
+  std::vector<double> mse;  // [F] per-pixel MSE of each predicted frame (images in [0, 1])
   int64_t accepted_steps = 0, rejected_steps = 0;  // Dormand–Prince
   double seconds = 0;                              // wall time
 };
 
-/// Ground truth of data-set run `run` beyond its stored frames (KEYCLD.md §7, docs/data.md):
+/// Ground truth of data-set run `run` beyond its stored frames (docs/method.md §7, docs/data.md):
 /// an Environment reset to the stored qpos / qvel of frame `from_frame`, the run's constant
 /// action, then `count` × (Step, render): the frames from_frame + 1 … from_frame + count.
 /// Returns uint8 [count, H, W, 3] (row 0 = top). Throws InputError for a bad run or frame
@@ -58,10 +58,10 @@ std::vector<uint8_t> ResimulateFrames(const Dataset& data, int run, int from_fra
 ///    red for the others, filled up to the current frame. max(2, round(100·Δt)) cs per frame.
 ///  - predict-run<INDEX>.csv: frame, time_s (the data set's time: (frame + 1)·Δt), per
 ///    keypoint k pred_x<k>, pred_y<k>, then est_x<k>, est_y<k> (normalized image coordinates,
-///    KEYCLD.md §2; the estimate is the estimator's reading of the ground-truth frame), mse,
+///    docs/method.md §2; the estimate is the estimator's reading of the ground-truth frame), mse,
 ///    valid (1 when mse ≤ ε).
 ///  - predict-run<INDEX>-mse.png: MSE per frame on a log axis, ε dashed, the VPT marked.
-/// Prediction (KEYCLD.md §8): PredictKeypoints with Dormand–Prince and the run config's
+/// Prediction (docs/method.md §8): PredictKeypoints with Dormand–Prince and the run config's
 /// [eval] rtol / atol, rendered with the model's renderer. Ground truth: the stored N frames,
 /// then ResimulateFrames from frame N − 1 when F > N.
 /// Throws InputError (no checkpoint in the run folder, no data set named, a data set of

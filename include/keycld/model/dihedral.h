@@ -1,5 +1,5 @@
 // The dihedral group D4 of a square image: 4 rotations by 90° × optional mirror, the data
-// augmentation of KeyCLD §6 (../shared/KEYCLD.md). Each frame gets one of the 8 transforms
+// augmentation of KeyCLD §6 (docs/method.md). Each frame gets one of the 8 transforms
 // before the keypoint estimator; the inverse transform is applied to the estimator's logits
 // before the spatial softmax, which makes the estimator equivariant.
 //

@@ -1,5 +1,5 @@
 // The keypoint estimator: images → K heatmap logits → keypoints (KeyCLD §3, §6;
-// ../shared/KEYCLD.md).
+// docs/method.md).
 #pragma once
 
 #include <torch/nn/module.h>

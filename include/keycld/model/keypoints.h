@@ -1,6 +1,6 @@
 // Keypoint coordinates on the image grid: the spatial softmax that turns heatmap logits into
 // keypoints, the Gaussian maps that turn keypoints back into heatmaps, and the heatmap loss
-// (KeyCLD §2, §3, §6 step 4; ../shared/KEYCLD.md).
+// (KeyCLD §2, §3, §6 step 4; docs/method.md).
 //
 // Normalized image coordinates (KeyCLD §2): x runs from −1 (left column) to +1 (right column)
 // and y from +1 (top row, row 0) to −1 (bottom row), as inclusive linear grids over the pixel

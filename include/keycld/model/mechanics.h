@@ -1,5 +1,5 @@
 // The learned mechanical terms of the constrained Lagrangian (KeyCLD §3, §5;
-// ../shared/KEYCLD.md): the constant mass matrix M, the potential energy V(x) and the input
+// docs/method.md): the constant mass matrix M, the potential energy V(x) and the input
 // matrix B(x), as functions of the keypoint state x = (x₁, y₁, …, x_K, y_K) [..., 2K] in
 // normalized image coordinates (KeyCLD §2).
 #pragma once

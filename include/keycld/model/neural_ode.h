@@ -1,6 +1,6 @@
-// The black-box dynamics of the NODE2 baseline (KeyCLD §9 / KEYCLD.md §9): a second-order neural
-// ODE ẍ = g(x, ẋ, u) on the keypoint state x = (x₁, y₁, …, x_K, y_K) in normalized image
-// coordinates (KEYCLD.md §2), with no mass matrix, energy or constraints.
+// The black-box dynamics of the NODE2 baseline (KeyCLD §9 / docs/method.md §9): a second-order
+// neural ODE ẍ = g(x, ẋ, u) on the keypoint state x = (x₁, y₁, …, x_K, y_K) in normalized image
+// coordinates (docs/method.md §2), with no mass matrix, energy or constraints.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -14,7 +14,7 @@ namespace keycld {
 
 /// g(x, ẋ, u): CeluMlp [x, ẋ, u] (4K + A) → 2h → 2h → 2h → 2K, CELU after each of the three
 /// hidden layers, dense weights initialised N(0, kDenseInitStd²) and biases 0 like V and B
-/// (KEYCLD.md §3, §9). Submodule "mlp". The parameters follow the dtype they are cast to
+/// (docs/method.md §3, §9). Submodule "mlp". The parameters follow the dtype they are cast to
 /// (float64 for Dormand–Prince evaluation); inputs are used in their own dtype, so cast both
 /// together.
 class SecondOrderOdeImpl : public torch::nn::Module {

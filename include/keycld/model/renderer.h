@@ -1,4 +1,4 @@
-// The renderer: keypoints → image (KeyCLD §3; ../shared/KEYCLD.md).
+// The renderer: keypoints → image (KeyCLD §3; docs/method.md).
 #pragma once
 
 #include <torch/nn/module.h>

@@ -1,5 +1,5 @@
 // The convolutional building blocks of the keypoint estimator and the renderer: Block and the
-// small U-Net trunk (KeyCLD §3, ../shared/KEYCLD.md).
+// small U-Net trunk (KeyCLD §3, docs/method.md).
 #pragma once
 
 #include <torch/nn/module.h>

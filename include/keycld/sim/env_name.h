@@ -1,4 +1,4 @@
-// Names of the benchmark systems and their actuation (KEYCLD.md §7); no MuJoCo needed.
+// Names of the benchmark systems and their actuation (docs/method.md §7); no MuJoCo needed.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// The benchmark systems of KeyCLD (KEYCLD.md §7) simulated with MuJoCo.
+// The benchmark systems of KeyCLD (docs/method.md §7) simulated with MuJoCo.
 #pragma once
 
 #include <mujoco/mujoco.h>
@@ -60,7 +60,7 @@ class Environment {
   /// Sets qpos [nq] and qvel [nv], time 0, action 0, and runs mj_forward.
   /// Throws InputError on a size mismatch.
   void Reset(std::span<const double> qpos, std::span<const double> qvel);
-  /// Draws the initial state of KEYCLD.md §7 from `rng` and calls Reset.
+  /// Draws the initial state of docs/method.md §7 from `rng` and calls Reset.
   void ResetRandom(Rng& rng);
   /// Sets the constant control u [nu] (actuator units; torque = gear · u).
   void SetAction(std::span<const double> u);
@@ -78,7 +78,7 @@ class Environment {
   /// World positions (m) of the points the method models as point masses: pendulum bob;
   /// cartpole cart centre and pole tip; acrobot elbow and tip. [K][3].
   std::vector<std::array<double, 3>> KeypointWorldPositions() const;
-  /// Those points in the normalized image coordinates of KEYCLD.md §2 for a `size`×`size`
+  /// Those points in the normalized image coordinates of docs/method.md §2 for a `size`×`size`
   /// render of the fixed camera: [K][2], x right, y up, ±1 at the outer pixel centres.
   std::vector<std::array<double, 2>> KeypointImagePositions(int size) const;
   /// Projects a world point (m) to normalized image coordinates as above.
@@ -97,11 +97,11 @@ class Environment {
   int camera_ = -1;
 };
 
-/// The state grid of KEYCLD.md §7 for plots: qpos rows (pendulum 16 angles over [−π, π);
+/// The state grid of docs/method.md §7 for plots: qpos rows (pendulum 16 angles over [−π, π);
 /// cartpole 16×16 over cart [−1, 1) × angle [−π, π); acrobot 16×16 over both angles).
 std::vector<std::vector<double>> StateGrid(EnvName env);
 
-/// The constant action of one run (KEYCLD.md §7): zeros for "none"; otherwise each actuator
+/// The constant action of one run (docs/method.md §7): zeros for "none"; otherwise each actuator
 /// U[−2, 2], 20 % of runs all zero, and for "under" the second actuator zero.
 std::vector<double> SampleAction(EnvName env, ControlMode mode, int nu, Rng& rng);
 

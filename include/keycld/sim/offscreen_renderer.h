@@ -13,7 +13,7 @@ namespace keycld {
 
 /// A MuJoCo render context bound to one GlContext. The GL context must be current on the
 /// calling thread for construction, Render and destruction. Images are uint8 RGB,
-/// [size, size, 3], row 0 = top of the image (KEYCLD.md §2).
+/// [size, size, 3], row 0 = top of the image (docs/method.md §2).
 class OffscreenRenderer {
  public:
   /// Enlarges the model's offscreen buffer to at least size×size. Throws InputError if

@@ -11,7 +11,7 @@
 
 namespace keycld {
 
-/// Every setting of a training run. Defaults are the paper's (KEYCLD.md §3, §6).
+/// Every setting of a training run. Defaults are the paper's (docs/method.md §3, §6).
 struct TrainConfig {
   // [data]
   std::filesystem::path data;    // HDF5 data set; empty = the file `keycld generate` names

@@ -1,4 +1,4 @@
-// The KeyCLD training objective for one sequence (KEYCLD.md §6).
+// The KeyCLD training objective for one sequence (docs/method.md §6).
 #pragma once
 
 #include <torch/torch.h>
@@ -30,7 +30,7 @@ struct LossOptions {
   double max_acceleration = 0;
 };
 
-/// The loss of one sequence (KEYCLD.md §6): images float [N, 3, H, W] in [0, 1], the constant
+/// The loss of one sequence (docs/method.md §6): images float [N, 3, H, W] in [0, 1], the constant
 /// action u [A], per-frame dihedral transform ids int64 [N] (undefined = no augmentation).
 /// 1. keypoints x_t of every frame; central differences ẋ_t = (x_{t+1} − x_{t−1}) / (2Δt),
 ///    projected onto the constraint tangent space, for t = 1 … N−2;

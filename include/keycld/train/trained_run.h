@@ -31,11 +31,13 @@ struct TrainedRun {
   std::optional<Dataset> data;  // open unless open_data is false
 };
 
-/// Opens a run: sets the thread count, reads config.toml, loads the checkpoint onto the device
-/// and opens the data set, checking that it fits the model (environment, image size, actuators,
-/// frame interval). Throws IoError (missing folder, config, checkpoint or data set, naming what
-/// to pass), FormatError (corrupt files) and InputError (a data set that does not fit, a bad
-/// device or thread count).
+/// Opens a run: sets the thread count, reads config.toml (optional when `data` is given: the
+/// defaults stand), loads the checkpoint onto the device and opens the data set, checking that
+/// it fits the model (environment, image size, actuators, frame interval). The data set the
+/// config names is looked for relative to the working directory, then to the folder above the
+/// run's parent (where `keycld run` keeps data/ next to runs/). Throws IoError (missing folder,
+/// config, checkpoint or data set, naming what to pass), FormatError (corrupt files) and
+/// InputError (a data set that does not fit, a bad device or thread count).
 TrainedRun OpenTrainedRun(const TrainedRunOptions& options);
 
 /// Sets LibTorch's intra-op threads: `threads` if > 0, else every core. InputError if < 0 or

@@ -1,10 +1,10 @@
-// End-to-end unsupervised training of KeyCLD on a data set (KEYCLD.md §6).
+// End-to-end unsupervised training of KeyCLD on a data set (docs/method.md §6).
 #pragma once
+
+#include <torch/torch.h>
 
 #include <filesystem>
 #include <string>
-
-#include <torch/torch.h>
 
 #include "keycld/data/dataset.h"
 #include "keycld/data/generate.h"
@@ -15,12 +15,12 @@ namespace keycld {
 /// The data set of a training config, found or generated.
 struct PreparedDataset {
   std::filesystem::path path;
-  bool generated = false;       // written by this call
-  GenerateResult generation;    // when generated: time and rate
+  bool generated = false;     // written by this call
+  GenerateResult generation;  // when generated: time and rate
 };
 
 /// Finds the data set `config` names (TrainConfig::DataFile) or, when the file is missing,
-/// generates it with the protocol of KEYCLD.md §7 from [data] env, control, size, runs, frames
+/// generates it with the protocol of docs/method.md §7 from [data] env, control, size, runs, frames
 /// and seed, with `gl` and a progress bar when `progress` (and stderr is a terminal).
 /// Throws InputError (no data set named; a generated set the model could not train on: size
 /// not a multiple of 4 or frames < horizon + 2; a [data] file that is not the name keycld
@@ -38,13 +38,13 @@ struct TrainOptions {
 };
 
 struct TrainSummary {
-  int64_t steps = 0;             // optimizer steps in total (including resumed ones)
-  int64_t steps_this_call = 0;   // 0: the run was already complete
+  int64_t steps = 0;            // optimizer steps in total (including resumed ones)
+  int64_t steps_this_call = 0;  // 0: the run was already complete
   int64_t epochs_completed = 0;
-  double seconds = 0;            // wall time of this invocation
-  double seconds_per_step = 0;   // mean over this invocation's steps
+  double seconds = 0;           // wall time of this invocation
+  double seconds_per_step = 0;  // mean over this invocation's steps
   double last_loss = 0;
-  double val_vpt_mean = -1;      // of the last validation (−1 if none ran)
+  double val_vpt_mean = -1;  // of the last validation (−1 if none ran)
   double val_vpt_median = -1;
   int val_runs = 0;
   std::filesystem::path checkpoint;

@@ -1,4 +1,4 @@
-// Valid prediction time (KEYCLD.md §8), the validation metric of training and evaluation.
+// Valid prediction time (docs/method.md §8), the validation metric of training and evaluation.
 #pragma once
 
 #include <torch/torch.h>
@@ -25,7 +25,7 @@ struct VptResult {
   int64_t accepted_steps = 0, rejected_steps = 0;
 };
 
-/// Long-term prediction of keypoints from the first three frames of each run (KEYCLD.md §8):
+/// Long-term prediction of keypoints from the first three frames of each run (docs/method.md §8):
 /// keypoints of frames 0, 1, 2 are estimated; the rollout starts at x₁ with
 /// ẋ₁ = (x₂ − x₀) / (2Δt), projected onto the constraint tangent space, and integrates the
 /// model's dynamics in float64 with the run's constant action to frame times 1 … F−1 (frame t at
@@ -42,9 +42,9 @@ KeypointPrediction PredictKeypoints(Model& model, const torch::Tensor& first3,
                                     IntegratorMethod method, const IntegratorOptions& options);
 
 /// The start state of a prediction from the estimated keypoints of frames 0, 1, 2
-/// (KEYCLD.md §8): x₁ and the central velocity (x₂ − x₀) / (2Δt), projected onto the constraint
-/// tangent space. x [R, 3, 2K] → float64 x₁, ẋ₁ [R, 2K]. Call while a DoublePrecisionDynamics
-/// guard is alive (the projection then runs in float64).
+/// (docs/method.md §8): x₁ and the central velocity (x₂ − x₀) / (2Δt), projected onto the
+/// constraint tangent space. x [R, 3, 2K] → float64 x₁, ẋ₁ [R, 2K]. Call while a
+/// DoublePrecisionDynamics guard is alive (the projection then runs in float64).
 PhaseState InitialStateFromEstimates(Model& model, const torch::Tensor& x);
 
 /// Per-frame MSE [R, N] (float64, CPU) between the frames rendered from predicted keypoints
@@ -54,11 +54,11 @@ torch::Tensor PredictionMse(Model& model, const torch::Tensor& keypoints,
                             const torch::Tensor& images, int64_t render_chunk = 128);
 
 /// VPT of each run from its per-frame MSE [R, N] (float64 on the CPU): the index of the first
-/// frame whose MSE exceeds ε, N − 1 if none (KEYCLD.md §8). Also fills mean, std (population)
+/// frame whose MSE exceeds ε, N − 1 if none (docs/method.md §8). Also fills mean, std (population)
 /// and median. Throws InputError for a tensor that is not [R ≥ 1, N ≥ 1].
 VptResult VptFromMse(const torch::Tensor& mse, double epsilon);
 
-/// Predicts every run from its first three frames and scores it (KEYCLD.md §8): keypoints of
+/// Predicts every run from its first three frames and scores it (docs/method.md §8): keypoints of
 /// frames 0, 1, 2; start at x₁ with ẋ₁ = (x₂ − x₀) / (2Δt), projected; Dormand–Prince in
 /// float64 to every later frame time with the run's constant action; render; frame 0 is the
 /// reconstruction of its estimate. images uint8 [R, N, H, W, 3], actions float [R, A].
