@@ -11,9 +11,9 @@ namespace keycld::cli {
 
 namespace {
 struct BenchmarkArgs {
-  std::vector<std::string> envs = {"pendulum", "cartpole", "acrobot"};
-  std::vector<std::string> controls = {"none", "under", "full"};
-  std::vector<std::string> models = {"keycld", "keycld-nc", "node2"};
+  std::vector<std::string> envs = Names<EnvName>();
+  std::vector<std::string> controls = Names<ControlMode>();
+  std::vector<std::string> models = ModelVariantNames();
   std::string preset = "cpu-quick", out, device, integrator;
   int seeds = 1, epochs = 0, threads = 0;
 };

@@ -12,7 +12,9 @@
 
 #include "commands.h"
 #include "keycld/control/closed_loop.h"
+#include "keycld/control/known_model.h"
 #include "keycld/control/report.h"
+#include "keycld/control/true_pendulum.h"
 #include "keycld/sim/gl_context.h"
 #include "keycld/train/trained_run.h"
 #include "keycld/util/atomic_file.h"
@@ -29,6 +31,8 @@ namespace {
 
 struct ControlArgs {
   std::string run, target_image, target_state, target_truth, init_state, out;
+  std::string model_source = "learned", env;
+  int size = 32;
   std::string gain_scale = "mass", device = "cpu";
   double seconds = 10.0, kp = 25.0, kd = 10.0, u_max = 0.0;
   double angle_tolerance = 0.1, position_tolerance = 0.1, hold = 1.0, speed_tolerance = 1.0;
@@ -136,14 +140,15 @@ std::string JudgeAndPlot(const ControlArgs& a, const Environment& env, EnvName n
 }
 
 // summary.json without the verdict: the setting, the controller, the states and the rate.
-nlohmann::json SummaryJson(const fs::path& run, const ModelSpec& spec, const Environment& env,
+nlohmann::json SummaryJson(const std::string& source, const Environment& env, int image_size,
                            const ControllerOptions& copt, const ControlArgs& a,
                            const std::vector<double>& init, const std::vector<double>& target_x,
                            const ControlRecord& rec) {
   nlohmann::json j;
-  j["run"] = run.string();
-  j["env"] = EnvNameString(spec.env);
-  j["image_size"] = spec.image_size;
+  j["model_source"] = source;
+  j["run"] = a.run;
+  j["env"] = EnvNameString(env.name());
+  j["image_size"] = image_size;
   j["dt"] = env.timestep();
   j["seconds"] = rec.steps.back().time + env.timestep() - rec.steps.front().time;
   j["steps"] = rec.steps.size();
@@ -164,28 +169,68 @@ nlohmann::json SummaryJson(const fs::path& run, const ModelSpec& spec, const Env
   return j;
 }
 
-int RunControl(const ControlArgs& a, const GlobalOptions& global) {
-  const ControllerOptions copt = CheckControlArgs(a);
+// The controlled system and where its model comes from: a trained run (learned), or the exact
+// model of --env in keypoint coordinates (known: TruePendulumModel, KnownModel).
+struct ControlSetup {
+  EnvName env = EnvName::kPendulum;
+  int image_size = 0;
+  Model learned{nullptr};
+  fs::path out;
+};
+
+ControlSetup OpenControlSetup(const ControlArgs& a) {
+  ControlSetup setup;
+  if (a.model_source == "known") {
+    if (a.env.empty()) throw InputError("--model-source known needs --env");
+    if (!a.run.empty()) throw InputError("--model-source known takes no RUN_DIR");
+    setup.env = ParseEnvName(a.env);
+    setup.image_size = a.size;
+    setup.out = a.out.empty() ? fs::path("runs") / ("control-known-" + a.env) : fs::path(a.out);
+    return setup;
+  }
+  if (a.run.empty()) throw InputError("RUN_DIR is required (or --model-source known --env E)");
+  if (!a.env.empty()) throw InputError("--env goes with --model-source known");
   TrainedRunOptions to;
   to.run = a.run;
   to.open_data = false;
   to.device = a.device;
   to.threads = a.threads;
   TrainedRun trained = OpenTrainedRun(to);
-  const ModelSpec spec = trained.model->spec();
+  const ModelSpec& spec = trained.model->spec();
   Environment env(spec.env);
   CheckFullyActuated(spec, RunControlMode(trained.run_dir), env);
+  setup.env = spec.env;
+  setup.image_size = spec.image_size;
+  setup.learned = trained.model;
+  setup.out = a.out.empty() ? trained.run_dir / "control" : fs::path(a.out);
+  return setup;
+}
+
+std::unique_ptr<ControlModel> MakeControlModel(const ControlSetup& setup, const Environment& env) {
+  if (setup.learned) return std::make_unique<LearnedControlModel>(setup.learned);
+  if (setup.env == EnvName::kPendulum) {
+    return std::make_unique<TruePendulumModel>(env, setup.image_size);
+  }
+  return std::make_unique<KnownModel>(env, setup.image_size);
+}
+
+int RunControl(const ControlArgs& a, const GlobalOptions& global) {
+  const ControllerOptions copt = CheckControlArgs(a);
+  const ControlSetup setup = OpenControlSetup(a);
+  Environment env(setup.env);
+  const int size = setup.image_size;
   const std::vector<double> init = a.init_state.empty()
-                                       ? DefaultInitialState(spec.env)
+                                       ? DefaultInitialState(setup.env)
                                        : ParseJointState(env, a.init_state, "--init-state");
   std::optional<std::vector<double>> truth;
   if (!a.target_state.empty()) truth = ParseJointState(env, a.target_state, "--target-state");
   if (!a.target_truth.empty()) truth = ParseJointState(env, a.target_truth, "--target-truth");
-  const fs::path out = a.out.empty() ? trained.run_dir / "control" : fs::path(a.out);
+  const fs::path out = setup.out;
 
   auto gl = GlContext::Create(ParseGlBackend(global.gl));
-  OffscreenRenderer renderer(env, *gl, spec.image_size);
-  LearnedControlModel model(trained.model);
+  OffscreenRenderer renderer(env, *gl, size);
+  std::unique_ptr<ControlModel> model_ptr = MakeControlModel(setup, env);
+  ControlModel& model = *model_ptr;
   ControlTarget tgt = a.target_image.empty() ? TargetFromState(env, renderer, model, *truth)
                                              : TargetFromImage(model, a.target_image);
   env.Reset(init, std::vector<double>(size_t(env.nv()), 0.0));
@@ -195,17 +240,16 @@ int RunControl(const ControlArgs& a, const GlobalOptions& global) {
 
   fs::create_directories(out);
   WriteControlCsv(out / "control.csv", env, rec.steps, truth);
-  WritePng(out / "target.png", tgt.image, spec.image_size, spec.image_size);
+  WritePng(out / "target.png", tgt.image, size, size);
   const std::vector<double> target_x(tgt.keypoints.data_ptr<double>(),
                                      tgt.keypoints.data_ptr<double>() + tgt.keypoints.numel());
   if (!a.no_video) {
-    WriteControlVideo(out / "control.gif", rec.frames, spec.image_size, rec.steps, target_x,
-                      rec.delay_cs);
+    WriteControlVideo(out / "control.gif", rec.frames, size, rec.steps, target_x, rec.delay_cs);
   }
-  nlohmann::json j = SummaryJson(fs::path(a.run), spec, env, copt, a, init, target_x, rec);
+  nlohmann::json j = SummaryJson(a.model_source, env, size, copt, a, init, target_x, rec);
   std::string verdict_line;
   if (truth) {
-    verdict_line = JudgeAndPlot(a, env, spec.env, rec, *truth, out, &j);
+    verdict_line = JudgeAndPlot(a, env, setup.env, rec, *truth, out, &j);
   } else {
     j["verdict"] = nullptr;
     verdict_line =
@@ -218,7 +262,7 @@ int RunControl(const ControlArgs& a, const GlobalOptions& global) {
   std::printf(
       "%s: %zu steps of %.3f s in %.1f s wall (%.0f steps/s: render + estimate + control + "
       "physics)\n",
-      EnvNameString(spec.env).c_str(), rec.steps.size(), env.timestep(), rec.wall_seconds,
+      EnvNameString(setup.env).c_str(), rec.steps.size(), env.timestep(), rec.wall_seconds,
       double(rec.steps.size()) / rec.wall_seconds);
   std::printf("verdict: %s\n", verdict_line.c_str());
   std::printf("wrote %s (control.csv, %ssummary.json, target.png%s)\n", out.c_str(),
@@ -234,8 +278,19 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
       app.add_subcommand("control",
                          "Drive the simulated system to a target image with the trained model's "
                          "energy-shaping controller (KeyCLD §10); the controller sees only images");
-  cmd->add_option("RUN_DIR", a->run, "Training run folder (or a checkpoint in its checkpoints/)")
-      ->required();
+  cmd->add_option("RUN_DIR", a->run,
+                  "Training run folder (or a checkpoint in its checkpoints/); not with "
+                  "--model-source known");
+  cmd->add_option("--model-source", a->model_source,
+                  "learned: the trained model of RUN_DIR, from pixels | known: the exact model of "
+                  "--env in keypoint coordinates, keypoints from the simulator (a reference)")
+      ->check(CLI::IsMember({"learned", "known"}))
+      ->capture_default_str();
+  cmd->add_option("--env", a->env, "With --model-source known: pendulum | cartpole | acrobot")
+      ->check(CLI::IsMember(Names<EnvName>()));
+  cmd->add_option("--size", a->size, "With --model-source known: image size (pixels)")
+      ->check(CLI::Range(8, 1024))
+      ->capture_default_str();
   auto* target = cmd->add_option_group("target", "What to reach (exactly one)");
   target->add_option("--target-image", a->target_image,
                      "PNG of the model's image size (e.g. from keycld render --size S)");
@@ -277,7 +332,8 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
   cmd->add_option("--hold", a->hold, "The target must be held during the last S seconds")
       ->check(CLI::NonNegativeNumber & CLI::Range(0.0, 1e300))
       ->capture_default_str();
-  cmd->add_option("--out", a->out, "Output folder (default RUN_DIR/control)");
+  cmd->add_option("--out", a->out,
+                  "Output folder (default RUN_DIR/control, or runs/control-known-ENV)");
   cmd->add_option("--threads", a->threads,
                   "LibTorch threads (0 = all cores; 1 is fastest for these small networks and "
                   "leaves a core to the renderer)")

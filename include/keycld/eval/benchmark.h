@@ -27,7 +27,7 @@ namespace keycld {
 struct BenchmarkOptions {
   std::vector<EnvName> envs = {EnvName::kPendulum, EnvName::kCartpole, EnvName::kAcrobot};
   std::vector<ControlMode> controls = {ControlMode::kNone, ControlMode::kUnder, ControlMode::kFull};
-  std::vector<std::string> models = {"keycld", "keycld-nc", "node2"};
+  std::vector<std::string> models = ModelVariantNames();
   /// A folder of presets `<env>-<control>.toml`: a name under configs/ (paper, cpu-quick) or a
   /// path to a folder.
   std::string preset = "cpu-quick";
