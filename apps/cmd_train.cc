@@ -160,9 +160,19 @@ TrainOptions MainJobTraining(const RunArgs& a, std::filesystem::path* config_fil
   TrainConfig wanted = t.config;
   wanted.epochs = saved.epochs;
   wanted.max_steps = saved.max_steps;
-  if (wanted.ToToml() != saved.ToToml()) {
-    throw InputError("'" + t.run_dir.string() + "' was started with another " +
-                     "configuration than '" + config_file->string() + "': use --out for a new run");
+  if (!wanted.data.empty()) {
+    // A run trained on an explicit file records the file's own parameters (Train).
+    wanted.env = saved.env;
+    wanted.control = saved.control;
+    wanted.size = saved.size;
+    wanted.runs = saved.runs;
+    wanted.frames = saved.frames;
+    wanted.data_seed = saved.data_seed;
+  }
+  if (const std::string diff = wanted.Differences(saved); !diff.empty()) {
+    throw InputError("'" + t.run_dir.string() + "' was started with another configuration than '" +
+                     config_file->string() + "' (the config against the run: " + diff +
+                     "): use --out for a new run");
   }
   saved.epochs = t.config.epochs;
   saved.max_steps = t.config.max_steps;

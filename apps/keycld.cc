@@ -2,8 +2,10 @@
 // Every error is one line on stderr and exit code 1 (2 for a command-line usage error, 130 for
 // an interruption). The subcommands are in apps/cmd_*.cc (commands.h).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,6 +17,50 @@
 using namespace keycld;
 
 namespace {
+
+// Levenshtein distance of two short words.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The first word of the command line that is neither an option nor the value of --gl; "" if
+// none. CLI11 would report an unknown one as an unexpected argument.
+std::string CommandWord(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--gl") {
+      ++i;
+      continue;
+    }
+    if (!arg.empty() && arg[0] != '-') return arg;
+  }
+  return "";
+}
+
+// "unknown command 'trian' (did you mean 'train'?)" for a word that names no subcommand.
+std::string UnknownCommand(const std::string& word, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_distance = 3;  // suggest only near misses
+  for (const std::string& n : names) {
+    const size_t d = EditDistance(word, n);
+    if (d < best_distance) best = n, best_distance = d;
+  }
+  std::string all;
+  for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
+  return "unknown command '" + word + "'" +
+         (best.empty() ? "" : " (did you mean '" + best + "'?)") + "; the commands are " + all;
+}
 
 int Run(int argc, char** argv) {
   CLI::App app{
@@ -37,6 +83,14 @@ int Run(int argc, char** argv) {
     commands.emplace_back(app.get_subcommands({}).at(before), std::move(runner));
   }
 
+  std::vector<std::string> names;
+  for (const auto& [sub, runner] : commands) names.push_back(sub->get_name());
+  if (const std::string word = CommandWord(argc, argv);
+      !word.empty() && std::find(names.begin(), names.end(), word) == names.end()) {
+    std::fprintf(stderr, "keycld: error: %s (see keycld --help)\n",
+                 UnknownCommand(word, names).c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

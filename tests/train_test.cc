@@ -518,6 +518,38 @@ TEST(TrainRun, RunGeneratesTheDataSetTrainsAndResumesWhenRepeated) {
   // The second invocation found both and continued the finished run.
   EXPECT_NE(out.find("using data set"), std::string::npos) << out;
   EXPECT_NE(out.find("resuming"), std::string::npos) << out;
+
+  // A config naming the data file: rerunning it continues the run (config.toml records the
+  // file's own parameters, which must not count as a change) ...
+  {
+    std::ofstream cfg(dir / "named.toml");
+    cfg << "[data]\nfile = \"data/pendulum-none-16px-4x8-seed0.h5\"\n"
+           "[model]\nhidden = 8\n[train]\nepochs = 1\nthreads = 2\n"
+           "[eval]\nrtol = 1e-6\natol = 1e-6\n";
+  }
+  ASSERT_EQ(testing::RunCli("run --config named.toml --predict-frames 0", &out, dir.path()), 0)
+      << out;
+  ASSERT_EQ(testing::RunCli("run --config named.toml --predict-frames 0", &out, dir.path()), 0)
+      << out;
+  EXPECT_NE(out.find("resuming"), std::string::npos) << out;
+  // ... while a changed key is refused, naming the key and both values.
+  std::ofstream(dir / "named.toml")
+      << "[data]\nfile = \"data/pendulum-none-16px-4x8-seed0.h5\"\n"
+         "[model]\nhidden = 8\n[train]\nepochs = 1\nthreads = 2\nlr = 0.001\n"
+         "[eval]\nrtol = 1e-6\natol = 1e-6\n";
+  EXPECT_EQ(testing::RunCli("run --config named.toml --predict-frames 0", &out, dir.path()), 1);
+  EXPECT_NE(out.find("(the config against the run: [train] lr: 0.001"), std::string::npos) << out;
+  EXPECT_EQ(out.find("[data]"), std::string::npos) << out;  // only the key that changed
+}
+
+TEST(TrainRun, AnUnknownCommandSuggestsTheNearestOne) {
+  testing::TempDir dir;
+  std::string out;
+  EXPECT_EQ(testing::RunCli("trian --epochs 3", &out, dir.path()), 2);
+  EXPECT_NE(out.find("unknown command 'trian' (did you mean 'train'?)"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunCli("--gl auto frobnicate", &out, dir.path()), 2);
+  EXPECT_NE(out.find("unknown command 'frobnicate'; the commands are"), std::string::npos) << out;
+  EXPECT_EQ(out.find("did you mean"), std::string::npos) << out;
 }
 
 }  // namespace

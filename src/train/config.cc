@@ -321,6 +321,29 @@ std::string TrainConfig::ToToml() const {
   return s.str();
 }
 
+std::string TrainConfig::Differences(const TrainConfig& other) const {
+  TrainConfig a = *this, b = other;
+  const std::vector<Field> fa = Fields(a), fb = Fields(b);
+  std::string out;
+  for (size_t i = 0; i < fa.size(); ++i) {
+    toml::table ta, tb;
+    Write(ta, fa[i]);
+    Write(tb, fb[i]);
+    std::ostringstream va, vb;
+    va << ta;  // "key = value"
+    vb << tb;
+    if (va.str() == vb.str()) continue;
+    auto value = [](const std::string& line) {
+      const size_t eq = line.find(" = ");
+      return eq == std::string::npos ? line : line.substr(eq + 3);
+    };
+    if (!out.empty()) out += "; ";
+    out += std::string("[") + fa[i].section + "] " + fa[i].key + ": " + value(va.str()) +
+           " against " + value(vb.str());
+  }
+  return out;
+}
+
 std::filesystem::path DefaultConfigsDir() {
   if (const char* env = std::getenv("KEYCLD_CONFIGS"); env && *env) return env;
   return KEYCLD_SOURCE_CONFIGS_DIR;

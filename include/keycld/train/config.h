@@ -82,6 +82,9 @@ struct TrainConfig {
   void Validate() const;
   /// The resolved config as TOML (saved in the run folder as config.toml).
   std::string ToToml() const;
+  /// The keys whose values differ from `other`'s, as "[section] key: A against B" joined
+  /// by "; " (TOML spelling of the values); empty when the configs are equal.
+  std::string Differences(const TrainConfig& other) const;
   /// The data set file: `data` if set, else the path `keycld generate` writes for env,
   /// control, size, runs, frames and data_seed under data/. Throws InputError if neither
   /// `data` nor `env` is set.
