@@ -67,6 +67,7 @@ int Run(int argc, char** argv) {
       "keycld: learning constrained Lagrangian dynamics in keypoint coordinates from "
       "images (KeyCLD)"};
   app.require_subcommand(1);
+  app.fallthrough();  // --gl after the subcommand too
   auto global = std::make_shared<cli::GlobalOptions>();
   app.add_option("--gl", global->gl, "OpenGL backend for headless rendering")
       ->check(CLI::IsMember(Names<GlBackend>()))

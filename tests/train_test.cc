@@ -550,6 +550,10 @@ TEST(TrainRun, AnUnknownCommandSuggestsTheNearestOne) {
   EXPECT_EQ(testing::RunCli("--gl auto frobnicate", &out, dir.path()), 2);
   EXPECT_NE(out.find("unknown command 'frobnicate'; the commands are"), std::string::npos) << out;
   EXPECT_EQ(out.find("did you mean"), std::string::npos) << out;
+  // The global --gl goes before or after the command.
+  EXPECT_EQ(testing::RunCli("--gl auto info", &out, dir.path()), 0) << out;
+  EXPECT_EQ(testing::RunCli("info --gl auto", &out, dir.path()), 0) << out;
+  EXPECT_EQ(testing::RunCli("info --gl nonsense", &out, dir.path()), 2) << out;
 }
 
 }  // namespace
