@@ -157,18 +157,12 @@ TrainOptions MainJobTraining(const RunArgs& a, std::filesystem::path* config_fil
   t.resume = std::filesystem::exists(t.run_dir / "checkpoints" / "last.pt");
   if (!t.resume) return t;
   TrainConfig saved = TrainConfig::FromToml(t.run_dir / "config.toml");
-  TrainConfig wanted = t.config;
+  // Compared as Train records it (a named data file contributes its own parameters).
+  TrainConfig wanted = t.config.data.empty()
+                           ? t.config
+                           : RecordedConfig(t.config, Dataset::Open(t.config.DataFile()).info());
   wanted.epochs = saved.epochs;
   wanted.max_steps = saved.max_steps;
-  if (!wanted.data.empty()) {
-    // A run trained on an explicit file records the file's own parameters (Train).
-    wanted.env = saved.env;
-    wanted.control = saved.control;
-    wanted.size = saved.size;
-    wanted.runs = saved.runs;
-    wanted.frames = saved.frames;
-    wanted.data_seed = saved.data_seed;
-  }
   if (const std::string diff = wanted.Differences(saved); !diff.empty()) {
     throw InputError("'" + t.run_dir.string() + "' was started with another configuration than '" +
                      config_file->string() + "' (the config against the run: " + diff +

@@ -16,12 +16,12 @@
 #include <optional>
 #include <random>
 #include <sstream>
-#include <thread>
 
 #include "keycld/data/dataset.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/loss.h"
 #include "keycld/train/metrics.h"
+#include "keycld/train/trained_run.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
@@ -75,6 +75,18 @@ void LoadRuns(const Dataset& data, const std::vector<int64_t>& runs, torch::Tens
     std::vector<double> u = data.ReadAction(int(runs[i]));  // [frames, nu], constant
     for (int a = 0; a < info.nu; ++a) (*actions)[int64_t(i)][a] = float(u[size_t(a)]);
   }
+}
+
+TrainConfig RecordedConfig(const TrainConfig& config, const DatasetInfo& info) {
+  TrainConfig recorded = config;
+  if (config.data.empty()) return recorded;
+  recorded.env = EnvNameString(info.env);
+  recorded.control = ControlModeString(info.control);
+  recorded.size = info.size;
+  recorded.runs = info.runs;
+  recorded.frames = info.frames;
+  recorded.data_seed = info.seed;
+  return recorded;
 }
 
 torch::Device ResolveDevice(const std::string& name) {
@@ -192,9 +204,7 @@ class Trainer {
   // Threads, device, the seeded model and Adam with the perception and dynamics groups (§6).
   void BuildModel() {
     const DatasetInfo& info = data_->info();
-    const int threads =
-        cfg_.threads > 0 ? cfg_.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-    torch::set_num_threads(threads);
+    SetThreads(cfg_.threads);
     device_ = ResolveDevice(cfg_.device);
     torch::manual_seed(cfg_.seed);
     ModelSpec spec;
@@ -253,16 +263,7 @@ class Trainer {
   // the file (keycld control reads the control mode from config.toml). Opens metrics.jsonl.
   void RecordConfig() {
     fs::create_directories(checkpoints_);
-    TrainConfig recorded = cfg_;
-    if (!cfg_.data.empty()) {
-      const DatasetInfo& info = data_->info();
-      recorded.env = EnvNameString(info.env);
-      recorded.control = ControlModeString(info.control);
-      recorded.size = info.size;
-      recorded.runs = info.runs;
-      recorded.frames = info.frames;
-      recorded.data_seed = info.seed;
-    }
+    const TrainConfig recorded = RecordedConfig(cfg_, data_->info());
     WriteTextAtomically(run_ / "config.toml", recorded.ToToml());
     pos_.config_toml = recorded.ToToml();
     metrics_ =

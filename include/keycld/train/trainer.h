@@ -71,6 +71,11 @@ TrainSummary Train(const TrainOptions& options);
 void LoadRuns(const Dataset& data, const std::vector<int64_t>& runs, torch::Tensor* images,
               torch::Tensor* actions);
 
+/// What a run's config.toml records of `config`: with an explicit [data] file, the file's own
+/// environment, control mode, size, runs, frames and seed replace the config's (keycld control
+/// reads the control mode from config.toml; keycld run compares configs through it).
+TrainConfig RecordedConfig(const TrainConfig& config, const DatasetInfo& info);
+
 /// "cpu", "cuda" or "cuda:N" → a device; InputError for another name or when CUDA is asked
 /// for but this LibTorch sees no CUDA device.
 torch::Device ResolveDevice(const std::string& name);
