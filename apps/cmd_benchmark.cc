@@ -49,13 +49,13 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
                   "or a folder of such files")
       ->capture_default_str();
   cmd->add_option("--seeds", a->seeds, "Training seeds 0 … N−1 per cell")
-      ->check(CLI::PositiveNumber)
+      ->check(FiniteRange(1, 1000))
       ->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "Override the presets' epochs (for a quick table)")
-      ->check(CLI::PositiveNumber);
+      ->check(FiniteRange(1, 1e6));
   cmd->add_option("--out", a->out, "Output folder (default runs/benchmark-<preset>)");
   cmd->add_option("--threads", a->threads, "LibTorch threads (0 = the preset's, else all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(FiniteRange(0, 256));
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N (default: the preset's)");
   cmd->add_option("--integrator", a->integrator,
                   "Override the presets' loss integrator: euler (the paper's) | rk4 | verlet")

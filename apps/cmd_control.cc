@@ -302,7 +302,7 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
   cmd->add_option("--init-state", a->init_state,
                   "Initial joint positions (default: hanging down, 0.1 rad off)");
   cmd->add_option("--seconds", a->seconds, "Simulated time (s), in (0, 3600]")
-      ->check(CLI::Range(1e-9, 3600.0))
+      ->check(FiniteRange(0, 3600, /*lo_open=*/true))
       ->capture_default_str();
   cmd->add_option("--kp", a->kp, "Stiffness gain k_p (1/s² per unit mass with --gain-scale mass)")
       ->capture_default_str();
@@ -317,7 +317,7 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
   cmd->add_flag("--raw-pinv", a->raw_pinv,
                 "u = B⁺ f as written, without projecting B and f on the constraints' tangent "
                 "space");
-  const auto positive = CLI::PositiveNumber & CLI::Range(0.0, 1e300);
+  const auto positive = FiniteRange(0, std::numeric_limits<double>::infinity(), true);
   cmd->add_option("--angle-tolerance", a->angle_tolerance, "Verdict tolerance of angles (rad)")
       ->check(positive)
       ->capture_default_str();
@@ -330,7 +330,7 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
       ->check(positive)
       ->capture_default_str();
   cmd->add_option("--hold", a->hold, "The target must be held during the last S seconds")
-      ->check(CLI::NonNegativeNumber & CLI::Range(0.0, 1e300))
+      ->check(FiniteRange(0, 3600))
       ->capture_default_str();
   cmd->add_option("--out", a->out,
                   "Output folder (default RUN_DIR/control, or runs/control-known-ENV)");

@@ -91,7 +91,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
       ->check(CLI::IsMember(FixedStepIntegratorNames()));
   cmd->add_option("--integrator-warmup-epochs", a->integrator_warmup,
                   "Epochs trained with the warm-up integrator before --integrator (0 = none)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(FiniteRange(0, 1e6));
   cmd->add_flag("--resume", a->resume, "Continue the run in --out from its last checkpoint");
   return [a] {
     TrainOptions t;
@@ -249,7 +249,15 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
                   "Run folder (default runs/<env>-<control>-<preset>, or runs/<config name>)");
   cmd->add_option("--predict-frames", a->predict_frames,
                   "Frames of the prediction video (0 = none)")
-      ->check(CLI::Range(0, 100000))
+      ->check(CLI::Validator(
+          [](std::string& input) -> std::string {
+            int v = -1;
+            if (CLI::detail::lexical_cast(input, v) && (v == 0 || (v >= 3 && v <= 100000))) {
+              return "";
+            }
+            return "must be 0 (no prediction) or in [3, 100000], got " + input;
+          },
+          "0 or 3-100000"))
       ->capture_default_str();
   cmd->add_option("--integrator", a->integrator,
                   "Override the config's loss integrator: euler (the paper's) | rk4 | verlet")

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
 
 namespace keycld::cli {
@@ -17,6 +20,29 @@ struct GlobalOptions {
 };
 
 using Runner = std::function<int()>;
+
+/// CLI11 check: a finite number in [lo, hi] (`lo_open`: lo itself excluded). Unlike CLI::Range,
+/// it rejects NaN, and unlike CLI::PositiveNumber it prints the bounds as written, e.g.
+/// "--hold: must be a finite number > 0 and ≤ 3600, got nan".
+inline CLI::Validator FiniteRange(double lo, double hi, bool lo_open = false) {
+  auto text = [](double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+  };
+  std::string bounds = (lo_open ? "> " : "≥ ") + text(lo);
+  if (std::isfinite(hi)) bounds += " and ≤ " + text(hi);
+  return CLI::Validator(
+      [=](std::string& input) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(input, v) || !std::isfinite(v) || v < lo ||
+            (lo_open && v == lo) || v > hi) {
+          return "must be a finite number " + bounds + ", got " + input;
+        }
+        return "";
+      },
+      "NUMBER " + bounds);
+}
 
 Runner AddInfoCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddGenerateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);

@@ -1,8 +1,11 @@
 // keycld: learn constrained Lagrangian dynamics in keypoint coordinates from images.
 // Every error is one line on stderr and exit code 1 (2 for a command-line usage error, 130 for
 // an interruption). The subcommands are in apps/cmd_*.cc (commands.h).
+#include <c10/util/Exception.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -17,6 +20,14 @@
 using namespace keycld;
 
 namespace {
+
+// A message on one line: line breaks become "; ", trailing blank space goes.
+std::string OneLine(std::string text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  std::string out;
+  for (char c : text) out += c == '\n' ? std::string("; ") : std::string(1, c);
+  return out;
+}
 
 // Levenshtein distance of two short words.
 size_t EditDistance(const std::string& a, const std::string& b) {
@@ -110,8 +121,12 @@ int Run(int argc, char** argv) {
   } catch (const Interrupted& e) {
     std::fprintf(stderr, "keycld: %s\n", e.what());
     return 130;
+  } catch (const c10::Error& e) {
+    // A LibTorch error that no layer turned into a keycld error: its message, not its stack.
+    std::fprintf(stderr, "keycld: error: %s\n", OneLine(e.what_without_backtrace()).c_str());
+    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "keycld: error: %s\n", e.what());
+    std::fprintf(stderr, "keycld: error: %s\n", OneLine(e.what()).c_str());
     return 1;
   }
   return 0;

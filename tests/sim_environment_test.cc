@@ -23,6 +23,12 @@ TEST(SimEnvironment, LoadsAllSystemsWithTheirDimensionsAndTimeSteps) {
   EXPECT_EQ(a.nq(), 2);
   EXPECT_EQ(a.nu(), 2);
   EXPECT_DOUBLE_EQ(a.timestep(), 0.01);
+  // JointCount (no MuJoCo, used to check data-set attributes) agrees with the MJCF models.
+  for (const Environment* e : {&p, &c, &a}) {
+    EXPECT_EQ(JointCount(e->name()), e->nq());
+    EXPECT_EQ(JointCount(e->name()), e->nv());
+    EXPECT_EQ(JointCount(e->name()), e->nu());
+  }
   EXPECT_EQ(p.model()->opt.integrator, mjINT_EULER);
   EXPECT_EQ(c.model()->opt.integrator, mjINT_RK4);
   EXPECT_EQ(a.model()->opt.integrator, mjINT_RK4);

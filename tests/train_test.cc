@@ -413,12 +413,24 @@ TEST(Train, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
   opt.config.epochs = 1;
   Train(opt);
   const auto last = dir / "run/checkpoints/last.pt";
+  // A checkpoint whose dynamics parameters are 10³⁰ times too large (the configuration's
+  // learning rates are bounded, so training itself is not pushed there): the first resumed
+  // step's loss overflows.
+  {
+    Model model = LoadModel(last, torch::kCPU);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(model->PerceptionParameters());
+    groups.emplace_back(model->DynamicsParameters());
+    torch::optim::Adam adam(std::move(groups), torch::optim::AdamOptions(1e-3));
+    TrainPosition position;
+    LoadCheckpoint(last, model, &adam, &position);
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->DynamicsParameters()) p.mul_(1e30);
+    SaveCheckpoint(last, model, &adam, position);
+  }
   auto before = Parameters(last);
-  // Resume with an absurd learning rate: the parameters blow up and the loss turns NaN.
   opt.resume = true;
   opt.config.epochs = 3;
-  opt.config.lr = 1e30;
-  opt.config.dynamics_lr_scale = 1.0;
   try {
     Train(opt);
     FAIL() << "a non-finite loss must stop training";
@@ -459,6 +471,80 @@ TEST(Train, CtrlCSavesAndTheRunResumes) {
   std::string out;
   EXPECT_EQ(testing::RunCli("train --out " + run + " --resume --steps 40", &out), 0) << out;
   EXPECT_NE(out.find("trained"), std::string::npos) << out;
+}
+
+// Steps of metrics.jsonl in file order, and the epochs of its epoch records.
+void ReadRecordOrder(const std::filesystem::path& file, std::vector<int64_t>* steps,
+                     std::vector<double>* losses, std::vector<int64_t>* epochs) {
+  const MetricsHistory h = ReadMetrics(file);
+  for (const StepRecord& r : h.steps) {
+    steps->push_back(r.step);
+    losses->push_back(r.loss);
+  }
+  for (const EpochRecord& r : h.epochs) epochs->push_back(r.epoch);
+}
+
+TEST(Train, KilledAndResumedSeveralTimesEndsLikeAnUninterruptedRun) {
+  testing::TempDir dir;
+  auto data = TinyData(dir.path());
+  auto command = [&](const std::string& run) {
+    return std::vector<std::string>{
+        KEYCLD_CLI_PATH, "train", "--data",    data.string(), "--out",  run, "--hidden", "8",
+        "--epochs",      "12",    "--threads", "1",           "--seed", "5"};
+  };
+  std::string out;
+  const std::string whole = (dir / "whole").string(), cut = (dir / "cut").string();
+  std::string args;
+  for (size_t i = 1; i < command(whole).size(); ++i) args += command(whole)[i] + " ";
+  ASSERT_EQ(testing::RunCli(args, &out), 0) << out;
+  // SIGKILL, SIGTERM, SIGINT, SIGKILL at growing times, each followed by the user's next
+  // command: --resume once a checkpoint exists, else the same command again.
+  const int signals[] = {SIGKILL, SIGTERM, SIGINT, SIGKILL};
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> c = command(cut);
+    if (std::filesystem::exists(dir / "cut/checkpoints/last.pt")) {
+      c = {KEYCLD_CLI_PATH, "train", "--out", cut, "--resume"};
+    }
+    std::vector<char*> argv;
+    for (auto& a : c) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid;
+    ASSERT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200 + 400 * i));
+    ::kill(pid, signals[i]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    // Killed, stopped by the signal (130, 143), or already finished (0): never an error.
+    if (WIFEXITED(status)) {
+      EXPECT_TRUE(WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 130 ||
+                  WEXITSTATUS(status) == 143)
+          << "attempt " << i << ": exit " << WEXITSTATUS(status);
+    }
+  }
+  args = "train --out " + cut + " --resume";
+  if (!std::filesystem::exists(dir / "cut/checkpoints/last.pt")) {
+    args.clear();
+    for (size_t i = 1; i < command(cut).size(); ++i) args += command(cut)[i] + " ";
+  }
+  const int rc = testing::RunCli(args, &out);
+  // The last kill may have come after the run had finished: then "nothing left to train".
+  ASSERT_TRUE(rc == 0 || out.find("already") != std::string::npos) << out;
+  // Same parameters, the same records once each and in order, the same losses.
+  const auto a = Parameters(dir / "whole/checkpoints/last.pt");
+  const auto b = Parameters(dir / "cut/checkpoints/last.pt");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+  std::vector<int64_t> steps_a, steps_b, epochs_a, epochs_b;
+  std::vector<double> loss_a, loss_b;
+  ReadRecordOrder(dir / "whole/metrics.jsonl", &steps_a, &loss_a, &epochs_a);
+  ReadRecordOrder(dir / "cut/metrics.jsonl", &steps_b, &loss_b, &epochs_b);
+  EXPECT_EQ(steps_a, steps_b);
+  EXPECT_EQ(loss_a, loss_b);
+  EXPECT_EQ(epochs_a, epochs_b);
+  EXPECT_EQ(epochs_a.size(), 12u);
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "cut")) {
+    EXPECT_NE(e.path().filename().string().rfind(".keycld-", 0), 0u) << e.path();
+  }
 }
 
 TEST(Train, VptCountsFramesUntilTheErrorExceedsTheThreshold) {

@@ -66,12 +66,7 @@ void WriteControlCsv(const std::filesystem::path& csv, const Environment& env,
     Append(line, s.potential + s.kinetic);
     out += line + "\n";
   }
-  AtomicFile file(csv);
-  FILE* f = std::fopen(file.temp_path().c_str(), "wb");
-  if (!f) throw IoError("cannot write '" + csv.string() + "'");
-  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
-  if (std::fclose(f) != 0 || !ok) throw IoError("cannot write '" + csv.string() + "'");
-  file.Commit();
+  WriteTextAtomically(csv, out);
 }
 
 int ControlVideoScale(int image_size) {
@@ -113,8 +108,8 @@ void WriteErrorPlot(const std::filesystem::path& png, const Environment& env,
   const mjModel* m = env.model();
   std::vector<PlotSeries> series(size_t(m->nq));
   for (int j = 0; j < m->nq; ++j) {
-    series[j].label = Name(m, mjOBJ_JOINT, j, "joint") +
-                      (m->jnt_type[j] == mjJNT_SLIDE ? " (m)" : " (rad)");
+    series[j].label =
+        Name(m, mjOBJ_JOINT, j, "joint") + (m->jnt_type[j] == mjJNT_SLIDE ? " (m)" : " (rad)");
   }
   const double t0 = steps.front().time;
   for (const ControlStep& s : steps) {

@@ -1,8 +1,11 @@
 #include "keycld/data/dataset.h"
 
+#include <cstdint>
 #include <filesystem>
+#include <string>
 
 #include "hdf5.h"
+#include "keycld/sim/env_name.h"
 
 namespace keycld {
 
@@ -78,25 +81,51 @@ Dataset Dataset::Open(const std::filesystem::path& path) {
   } catch (const InputError& e) {
     throw FormatError(p + ": " + e.what());
   }
-  i.runs = int(h5::ReadIntAttr(f, "runs", p));
-  i.frames = int(h5::ReadIntAttr(f, "frames", p));
-  i.size = int(h5::ReadIntAttr(f, "size", p));
+  // Each count is checked in 64 bits before it becomes an int (4294967308 runs read as 12).
+  auto count = [&](const char* name, int64_t lo, int64_t hi) {
+    const int64_t v = h5::ReadIntAttr(f, name, p);
+    if (v < lo || v > hi) {
+      throw FormatError(p + ": attribute '" + name + "' = " + std::to_string(v) + " is outside [" +
+                        std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return int(v);
+  };
+  i.runs = count("runs", 1, 1000000);
+  i.frames = count("frames", 1, 100000);
+  i.size = count("size", 1, 4096);
   i.seed = uint64_t(h5::ReadIntAttr(f, "seed", p));
-  i.nq = int(h5::ReadIntAttr(f, "nq", p));
-  i.nv = int(h5::ReadIntAttr(f, "nv", p));
-  i.nu = int(h5::ReadIntAttr(f, "nu", p));
+  if (int64_t(i.seed) < 0) throw FormatError(p + ": attribute 'seed' is negative");
+  i.nq = count("nq", 1, 64);
+  i.nv = count("nv", 1, 64);
+  i.nu = count("nu", 1, 64);
   i.dt = h5::ReadDoubleAttr(f, "dt", p);
   i.vpt_epsilon = h5::ReadDoubleAttr(f, "vpt_epsilon", p);
-  i.train_runs = int(h5::ReadIntAttr(f, "train_runs", p));
-  i.validation_runs = int(h5::ReadIntAttr(f, "validation_runs", p));
+  i.train_runs = count("train_runs", 0, 1000000);
+  i.validation_runs = count("validation_runs", 0, 1000000);
   i.mujoco_version = h5::ReadStringAttr(f, "mujoco_version", p);
   i.keycld_version = h5::ReadStringAttr(f, "keycld_version", p);
   i.gl_backend = h5::ReadStringAttr(f, "gl_backend", p);
   i.gl_renderer = h5::ReadStringAttr(f, "gl_renderer", p);
-  if (i.runs < 1 || i.frames < 1 || i.size < 1 || i.nq < 1 || i.nv < 1 || i.nu < 1 ||
-      !(i.dt > 0) || i.train_runs + i.validation_runs != i.runs) {
-    throw FormatError(p + ": inconsistent attributes (runs, frames, size, nq, nv, nu, dt or " +
-                      "split)");
+  if (i.train_runs + i.validation_runs != i.runs) {
+    throw FormatError(p + ": inconsistent attributes: train_runs " + std::to_string(i.train_runs) +
+                      " + validation_runs " + std::to_string(i.validation_runs) + " ≠ runs " +
+                      std::to_string(i.runs));
+  }
+  // The frame interval is the physics time step (0.01–0.02 s for the built-in systems).
+  if (!(i.dt > 0 && i.dt <= 1)) {
+    throw FormatError(p + ": attribute 'dt' = " + std::to_string(i.dt) + " s is outside (0, 1] s");
+  }
+  // ε is a mean squared difference of [0, 1] pixels.
+  if (!(i.vpt_epsilon > 0 && i.vpt_epsilon <= 1)) {
+    throw FormatError(p + ": attribute 'vpt_epsilon' = " + std::to_string(i.vpt_epsilon) +
+                      " is outside (0, 1] (the VPT threshold, a per-pixel MSE)");
+  }
+  const int joints = JointCount(i.env);
+  if (i.nq != joints || i.nv != joints || i.nu != joints) {
+    throw FormatError(p + ": the " + EnvNameString(i.env) + " has " + std::to_string(joints) +
+                      " joint(s) and actuator(s), but the attributes say nq " +
+                      std::to_string(i.nq) + ", nv " + std::to_string(i.nv) + ", nu " +
+                      std::to_string(i.nu));
   }
   const hsize_t R = i.runs, N = i.frames, S = i.size;
   OpenChecked(f, "images", H5T_INTEGER, 1, {R, N, S, S, 3}, p);
@@ -138,8 +167,9 @@ std::vector<T> ReadAll(hid_t file, const char* name, hid_t mem_type, const std::
   size_t n = 1;
   for (auto c : dims) n *= c;
   std::vector<T> out(n);
-  if (n > 0) h5::ReadSlab(ds, mem_type, out.data(), std::vector<hsize_t>(dims.size(), 0), dims,
-                          path + ": " + name);
+  if (n > 0)
+    h5::ReadSlab(ds, mem_type, out.data(), std::vector<hsize_t>(dims.size(), 0), dims,
+                 path + ": " + name);
   return out;
 }
 

@@ -30,6 +30,16 @@ void ValidateGenerateOptions(const GenerateOptions& o) {
     throw InputError("--frames must be at least 3 (central differences need 3 frames), got " +
                      std::to_string(o.frames));
   }
+  // Upper bounds: the runs and frames are stored as whole arrays (time, actions, joint states
+  // are allocated for every frame up front), and rendering runs at a few hundred frames/s, so
+  // 10⁷ frames (400× the paper's 25,000) already take about ten hours.
+  constexpr int64_t kMaxFrames = 10000000;
+  if (o.runs > 1000000 || o.frames > 100000 || int64_t(o.runs) * o.frames > kMaxFrames) {
+    throw InputError(
+        "--runs × --frames must stay within 10,000,000 frames (runs ≤ 1,000,000, "
+        "frames ≤ 100,000), got " +
+        std::to_string(o.runs) + " × " + std::to_string(o.frames));
+  }
   if (o.size < 8 || o.size > 1024) {
     throw InputError("--size must be in [8, 1024] pixels, got " + std::to_string(o.size));
   }
@@ -352,9 +362,10 @@ class PixelStatistics {
 // statistics, the split and the attributes and closes every handle.
 class DatasetWriter {
  public:
-  DatasetWriter(const fs::path& path, const GenerateOptions& o, const Environment& prototype,
-                int grid_size)
-      : o_(o),
+  DatasetWriter(const fs::path& path, const fs::path& target, const GenerateOptions& o,
+                const Environment& prototype, int grid_size)
+      : target_(target),
+        o_(o),
         nq_(prototype.nq()),
         nv_(prototype.nv()),
         nu_(prototype.nu()),
@@ -416,13 +427,20 @@ class DatasetWriter {
     mean.Reset();
     WriteSplit();
     WriteAttributes(gl_backend, gl_renderer);
-    // Close every handle before the rename.
+    // Close every handle before the rename; closing flushes the chunk caches, so each close
+    // can be the write that fails.
     for (h5::Id* id :
-         {&images_, &time_, &action_, &qpos_, &qvel_, &grid_images_, &grid_qpos_, &grid_})
-      id->Reset();
-    if (H5Fclose(file_.Release()) < 0) {
-      throw IoError("cannot finish '" + path_.string() + "' (disk full?)");
+         {&images_, &time_, &action_, &qpos_, &qvel_, &grid_images_, &grid_qpos_, &grid_}) {
+      if (H5Idec_ref(id->Release()) < 0) Fail();
     }
+    if (H5Fclose(file_.Release()) < 0) Fail();
+  }
+
+  // The error of a failed write to the data set at `target` (the name it will have).
+  [[noreturn]] void Fail() const {
+    const int err = h5::LastErrno();
+    if (err != 0) throw IoError(WriteFailure(target_, err));
+    throw IoError("cannot write data set '" + target_.string() + "': HDF5 write failed");
   }
 
  private:
@@ -467,6 +485,7 @@ class DatasetWriter {
     h5::WriteAttr(file_, "gl_renderer", gl_renderer);
   }
 
+  const fs::path target_;
   const GenerateOptions& o_;
   const int nq_, nv_, nu_;
   const double dt_;
@@ -499,7 +518,7 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   WorkerPool pool(WorkerJob{&o, &prototype, &grid, 0, workers, total_items});
   AtomicFile out(result.path);
-  DatasetWriter writer(out.temp_path(), o, prototype, int(grid.size()));
+  DatasetWriter writer(out.temp_path(), out.target(), o, prototype, int(grid.size()));
   ProgressBar bar("generate " + EnvNameString(o.env) + "/" + ControlModeString(o.control),
                   int64_t(R) * o.frames, "frames", o.progress && ::isatty(2));
   std::string gl_backend, gl_renderer;
@@ -518,12 +537,16 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
       gl_renderer = info.substr(info.find('\n') + 1);
       continue;
     }
-    if (header.index < R) {
-      writer.WriteRun(hsize_t(header.index), payload);
-      frames_done += o.frames;
-      bar.Update(frames_done);
-    } else {
-      writer.WriteGridImage(hsize_t(header.index - R), payload);
+    try {
+      if (header.index < R) {
+        writer.WriteRun(hsize_t(header.index), payload);
+        frames_done += o.frames;
+        bar.Update(frames_done);
+      } else {
+        writer.WriteGridImage(hsize_t(header.index - R), payload);
+      }
+    } catch (const IoError& e) {
+      throw IoError("data set '" + out.target().string() + "': " + e.what());
     }
     ++done;
   }

@@ -1,10 +1,39 @@
 #include "hdf5.h"
 
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
 
 namespace keycld::h5 {
 
-void Quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+namespace {
+
+// HDF5 closes whatever is still open when the process exits; after a failed write (a full
+// disk) that close walks half-released objects and crashes. keycld closes every object itself
+// (RAII), so the exit handler is not installed. Must run before the first HDF5 call.
+const bool kNoExitHandler = H5dont_atexit() >= 0;
+
+herr_t FindErrno(unsigned, const H5E_error2_t* e, void* result) {
+  if (e->desc == nullptr) return 0;
+  if (const char* p = std::strstr(e->desc, "errno = ")) {
+    const int err = std::atoi(p + 8);
+    if (err > 0) *static_cast<int*>(result) = err;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void Quiet() {
+  (void)kNoExitHandler;
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+int LastErrno() {
+  int err = 0;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, FindErrno, &err);
+  return err;
+}
 
 void WriteAttr(hid_t obj, const char* name, const std::string& value) {
   // Variable-length UTF-8, which h5py returns as str.
@@ -22,8 +51,7 @@ void WriteAttr(hid_t obj, const char* name, int64_t value) {
   Id space = Check(H5Screate(H5S_SCALAR), "H5Screate");
   Id attr = Check(H5Acreate2(obj, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
                   std::string("cannot create attribute ") + name);
-  Check(H5Awrite(attr, H5T_NATIVE_INT64, &value), std::string("cannot write attribute ") + name,
-        0);
+  Check(H5Awrite(attr, H5T_NATIVE_INT64, &value), std::string("cannot write attribute ") + name, 0);
 }
 
 void WriteAttr(hid_t obj, const char* name, double value) {
@@ -64,8 +92,7 @@ std::string ReadStringAttr(hid_t obj, const char* name, const std::string& file)
   }
   size_t n = H5Tget_size(type);
   std::string buf(n, '\0');
-  Check<FormatError>(H5Aread(attr, type, buf.data()), file + ": cannot read attribute " + name,
-                     0);
+  Check<FormatError>(H5Aread(attr, type, buf.data()), file + ": cannot read attribute " + name, 0);
   buf.resize(std::strlen(buf.c_str()));
   return buf;
 }
@@ -105,16 +132,19 @@ Id CreateDataset(hid_t parent, const char* name, hid_t type, const std::vector<h
                std::string("cannot create dataset ") + name);
 }
 
-void WriteSlab(hid_t dataset, hid_t mem_type, const void* data,
-               const std::vector<hsize_t>& offset, const std::vector<hsize_t>& count,
-               const std::string& what) {
+void WriteSlab(hid_t dataset, hid_t mem_type, const void* data, const std::vector<hsize_t>& offset,
+               const std::vector<hsize_t>& count, const std::string& what) {
   Id file_space = Check(H5Dget_space(dataset), "H5Dget_space");
   Check(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, offset.data(), nullptr, count.data(),
                             nullptr),
         what + ": bad hyperslab", 0);
   Id mem_space = Check(H5Screate_simple(int(count.size()), count.data(), nullptr), "H5Screate");
-  Check(H5Dwrite(dataset, mem_type, mem_space, file_space, H5P_DEFAULT, data),
-        "cannot write " + what + " (disk full or file not writable?)", 0);
+  if (H5Dwrite(dataset, mem_type, mem_space, file_space, H5P_DEFAULT, data) < 0) {
+    const int err = LastErrno();
+    std::string reason = err != 0 ? std::strerror(err) : "HDF5 write failed";
+    reason[0] = char(std::tolower(static_cast<unsigned char>(reason[0])));
+    throw IoError("cannot write " + what + ": " + reason);
+  }
 }
 
 void ReadSlab(hid_t dataset, hid_t mem_type, void* data, const std::vector<hsize_t>& offset,

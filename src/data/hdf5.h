@@ -48,6 +48,9 @@ class Id {
 
 /// Turns off HDF5's own error printing (errors become exceptions with our messages).
 void Quiet();
+/// The errno that HDF5's file driver recorded for the failure on the current error stack
+/// (e.g. ENOSPC for a full disk), or 0 if none was recorded.
+int LastErrno();
 
 /// Throws `E` with `what` if id < 0; returns the owning Id otherwise.
 template <typename E = IoError>

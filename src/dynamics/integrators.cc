@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "keycld/util/error.h"
+#include "keycld/util/interrupt.h"
 #include "keycld/util/text.h"
 
 namespace keycld {
@@ -164,6 +165,8 @@ Trajectory Dopri5Rollout(const AccelerationFn& acc, const torch::Tensor& x0,
   std::vector<torch::Tensor> kx(7), kv(7);
   for (size_t i = 1; i < times.size(); ++i) {
     const double target = times[i];
+    // A long prediction stops at the next output time after Ctrl-C (no effect without a guard).
+    if (InterruptRequested()) throw Interrupted("interrupted during the rollout");
     while (t < target) {
       if (out.accepted_steps + out.rejected_steps >= o.max_steps) {
         throw NumericalError(

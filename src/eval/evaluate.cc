@@ -74,7 +74,12 @@ struct GridData {
 };
 
 void CheckEvaluateOptions(const EvaluateOptions& options) {
-  if (options.energy_frames < 3) throw InputError("energy_frames must be ≥ 3");
+  // The bound keeps the rollout's memory small (each frame holds a few tensors; 2·10⁹ frames
+  // exhausted 24 GB) and matches predict's --frames.
+  if (options.energy_frames < 3 || options.energy_frames > 100000) {
+    throw InputError("--energy-frames must be in [3, 100000], got " +
+                     std::to_string(options.energy_frames));
+  }
   if (options.threads < 0) throw InputError("threads must be ≥ 0 (0 = all cores)");
 }
 

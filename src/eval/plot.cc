@@ -6,13 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
 
-#include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
+#include "keycld/util/image_io.h"
 
 namespace keycld {
 namespace {
@@ -162,17 +161,23 @@ Range YRange(const std::vector<PlotSeries>& series, const PlotOptions& o, bool i
   return r;
 }
 
-// One PLplot stream writing a PNG into an AtomicFile; Finish() ends the stream, checks the
-// file and commits it. The mutex is held for the whole life of the object.
+// One PLplot stream drawing into memory (the cairo driver's memory device); Finish() ends the
+// stream and writes the pixels as a PNG (WritePng: atomic, every write checked). PLplot's own
+// PNG writer is not used: it ignores failed writes and, after one, crashed in plend. The mutex
+// is held for the whole life of the object.
 class PngStream {
  public:
-  PngStream(const fs::path& png, const PlotOptions& o) : lock_(PlotMutex()), file_(png) {
+  PngStream(const fs::path& png, const PlotOptions& o)
+      : lock_(PlotMutex()),
+        png_(png),
+        width_(o.width),
+        height_(o.height),
+        pixels_(size_t(o.width) * o.height * 3, 255) {
     CheckDriver();
     pls_ = std::make_unique<plstream>();
     pls_->sexit(ExitHandler);
-    pls_->sdev("pngcairo");
-    pls_->sfnam(file_.temp_path().c_str());
-    pls_->spage(0, 0, o.width, o.height, 0, 0);
+    pls_->sdev("memcairo");
+    pls_->smem(o.width, o.height, pixels_.data());
     PLINT r[kColours], g[kColours], b[kColours];
     PLFLT a[kColours];
     auto set = [&](int i, int rr, int gg, int bb, double aa) {
@@ -200,17 +205,8 @@ class PngStream {
   plstream* operator->() { return pls_.get(); }
 
   void Finish() {
-    pls_.reset();  // plend1: flushes and closes the file
-    std::error_code ec;
-    auto size = fs::file_size(file_.temp_path(), ec);
-    char sig[8] = {};
-    std::ifstream in(file_.temp_path(), std::ios::binary);
-    in.read(sig, 8);
-    if (ec || size < 8 || !in || std::memcmp(sig, "\x89PNG\r\n\x1a\n", 8) != 0) {
-      throw IoError("cannot write plot '" + file_.target().string() +
-                    "': PLplot's pngcairo driver wrote no PNG");
-    }
-    file_.Commit();
+    pls_.reset();  // plend1: the driver copies its surface into pixels_
+    WritePng(png_, pixels_, width_, height_);
   }
 
  private:
@@ -222,21 +218,24 @@ class PngStream {
       int n = 256;
       const char** p_menu = menu;
       const char** p_names = names;
-      plgFileDevs(&p_menu, &p_names, &n);
+      plgDevs(&p_menu, &p_names, &n);
       for (int i = 0; i < n; ++i) {
-        if (names[i] && std::strcmp(names[i], "pngcairo") == 0) return true;
+        if (names[i] && std::strcmp(names[i], "memcairo") == 0) return true;
       }
       return false;
     }();
     if (!available) {
       throw IoError(
-          "PLplot's cairo driver (device 'pngcairo') is not installed: install "
-          "plplot-driver-cairo");
+          "PLplot's cairo driver (device 'memcairo') was not found: install "
+          "plplot-driver-cairo (PLplot lists its drivers through a temporary file, so a full "
+          "temporary folder gives this error too)");
     }
   }
 
   std::lock_guard<std::mutex> lock_;
-  AtomicFile file_;
+  fs::path png_;
+  int width_, height_;
+  std::vector<uint8_t> pixels_;
   std::unique_ptr<plstream> pls_;
 };
 

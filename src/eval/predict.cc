@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "keycld/eval/plot.h"
@@ -54,9 +54,8 @@ void WriteCsv(const fs::path& path, const PredictionOutput& r, const torch::Tens
   const int64_t F = predicted.size(0), K = predicted.size(1);
   auto p = predicted.accessor<float, 3>();
   auto e = estimated.accessor<float, 3>();
-  AtomicFile file(path);
+  std::ostringstream out;
   {
-    std::ofstream out(file.temp_path());
     out << "frame,time_s";
     for (int64_t k = 0; k < K; ++k) out << ",pred_x" << k << ",pred_y" << k;
     for (int64_t k = 0; k < K; ++k) out << ",est_x" << k << ",est_y" << k;
@@ -76,10 +75,8 @@ void WriteCsv(const fs::path& path, const PredictionOutput& r, const torch::Tens
       std::snprintf(buf, sizeof buf, ",%.6e,%d\n", r.mse[t], r.mse[t] <= r.epsilon ? 1 : 0);
       out << buf;
     }
-    out.flush();
-    if (!out) throw IoError("cannot write '" + path.string() + "'");
   }
-  file.Commit();
+  WriteTextAtomically(path, out.str());
 }
 
 void WriteMsePlot(const fs::path& path, const PredictionOutput& r, const std::string& setting,
@@ -313,6 +310,7 @@ std::vector<uint8_t> ResimulateFrames(const Dataset& data, int run, int from_fra
   const size_t frame_bytes = size_t(info.size) * info.size * 3;
   std::vector<uint8_t> frames(frame_bytes * count);
   for (int i = 0; i < count; ++i) {
+    CheckInterrupt();
     env.Step();  // frame t is the state after t + 1 steps (docs/method.md §7)
     renderer.Render(env, std::span(frames.data() + frame_bytes * i, frame_bytes));
   }

@@ -17,4 +17,6 @@ void CheckControlMode(EnvName env, ControlMode mode) {
   }
 }
 
+int JointCount(EnvName env) { return env == EnvName::kPendulum ? 1 : 2; }
+
 }  // namespace keycld

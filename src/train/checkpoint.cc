@@ -105,14 +105,19 @@ void SaveCheckpoint(const std::filesystem::path& file, Model& model,
   root.write("order", ToTensor(position.order));
   root.write("rng", StringTensor(position.rng_state));
   if (!position.config_toml.empty()) root.write("config", StringTensor(position.config_toml));
-  AtomicFile out(file);
+  // Serialized to memory first: LibTorch's archive writer aborts the process (it throws from a
+  // destructor) when a write to a file fails, e.g. on a full disk.
+  std::string bytes;
   try {
-    root.save_to(out.temp_path().string());
+    root.save_to([&bytes](const void* data, size_t n) {
+      bytes.append(static_cast<const char*>(data), n);
+      return n;
+    });
   } catch (const c10::Error& e) {
     throw IoError("cannot write checkpoint '" + file.string() +
                   "': " + std::string(e.what_without_backtrace()));
   }
-  out.Commit();
+  WriteFileAtomically(file, bytes);
 }
 
 ModelSpec ReadCheckpointSpec(const std::filesystem::path& file) {

@@ -205,19 +205,26 @@ void TrainConfig::Validate() const {
   auto fail = [](const std::string& m) { throw InputError(m); };
   if (!env.empty()) ParseEnvName(env);
   ParseControlMode(control);
-  if (size < 8 || runs < 1 || frames < 3) fail("[data] size, runs and frames must be positive");
-  if (hidden < 8 || hidden % 8 != 0) {
-    fail("hidden width must be a positive multiple of 8 (GroupNorm has 8 groups), got " +
+  if (size < 8 || size > 1024 || runs < 1 || frames < 3) {
+    fail("[data] size must be in [8, 1024], runs ≥ 1 and frames ≥ 3, got size " +
+         std::to_string(size) + ", runs " + std::to_string(runs) + ", frames " +
+         std::to_string(frames));
+  }
+  // 256 is 8× the paper's width: the U-Net's widest convolution then holds 4h·4h·9 ≈ 9.4M
+  // weights; much wider models exhaust memory (h = 100000 asked LibTorch for 720 GB).
+  if (hidden < 8 || hidden % 8 != 0 || hidden > 256) {
+    fail("hidden width must be a multiple of 8 (GroupNorm has 8 groups) in [8, 256], got " +
          std::to_string(hidden));
   }
-  if (!(sigma > 0)) fail("sigma must be > 0");
+  if (!(sigma > 0) || !std::isfinite(sigma)) fail("sigma must be finite and > 0");
   if (epochs < 1) fail("epochs must be ≥ 1, got " + std::to_string(epochs));
   if (max_steps < 0) fail("max_steps must be ≥ 0");
-  if (!(lr > 0) || !(dynamics_lr_scale > 0) || !std::isfinite(lr) ||
-      !std::isfinite(dynamics_lr_scale)) {
-    fail("learning rates must be finite and > 0");
+  // Upper bounds: the rates are float32 in LibTorch's Adam (1e300 overflowed there), and a rate
+  // above 1 (3000× the paper's) only diverges.
+  if (!(lr > 0 && lr <= 1) || !(dynamics_lr_scale > 0 && dynamics_lr_scale <= 100)) {
+    fail("learning rates must be in (0, 1] (lr) and (0, 100] (dynamics_lr_scale)");
   }
-  if (!(grad_clip > 0)) fail("grad_clip must be > 0");
+  if (!(grad_clip > 0) || !std::isfinite(grad_clip)) fail("grad_clip must be finite and > 0");
   if (lr_schedule != "constant" && lr_schedule != "cosine") {  // two fixed names
     fail("lr_schedule must be constant or cosine, got '" + lr_schedule + "'");
   }

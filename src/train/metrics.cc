@@ -1,5 +1,11 @@
 #include "keycld/train/metrics.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "keycld/util/atomic_file.h"
@@ -92,17 +98,31 @@ MetricsWriter::MetricsWriter(const fs::path& file, int64_t keep_before_step) : f
     }
   }
   WriteTextAtomically(file, kept);
-  out_.open(file, std::ios::app);
-  if (!out_) throw IoError("cannot append to '" + file.string() + "'");
+  fd_ = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd_ < 0) throw IoError("cannot append to '" + file.string() + "': " + std::strerror(errno));
 }
 
-void MetricsWriter::Append(const StepRecord& r) { out_ << ToJson(r).dump() << "\n"; }
+MetricsWriter::~MetricsWriter() {
+  if (fd_ < 0) return;
+  // Best effort while unwinding: records after the last checkpoint are dropped by a resume.
+  if (!pending_.empty()) (void)WriteAll(fd_, pending_);
+  ::close(fd_);
+}
 
-void MetricsWriter::Append(const EpochRecord& r) { out_ << ToJson(r).dump() << "\n"; }
+void MetricsWriter::Append(const StepRecord& r) {
+  pending_ += ToJson(r).dump() + "\n";
+  if (pending_.size() >= kFlushBytes) Flush();
+}
+
+void MetricsWriter::Append(const EpochRecord& r) {
+  pending_ += ToJson(r).dump() + "\n";
+  if (pending_.size() >= kFlushBytes) Flush();
+}
 
 void MetricsWriter::Flush() {
-  out_.flush();
-  if (!out_) throw IoError("cannot write '" + file_.string() + "' (disk full?)");
+  const int err = WriteAll(fd_, pending_);
+  pending_.clear();
+  if (err != 0) throw IoError(WriteFailure(file_, err));
 }
 
 double TrainingSeconds(const MetricsHistory& history, int64_t epochs) {

@@ -270,7 +270,10 @@ class Trainer {
         std::make_unique<MetricsWriter>(run_ / "metrics.jsonl", options_.resume ? pos_.step : -1);
   }
 
+  // The metrics go to disk before the checkpoint, so that every checkpoint's records are on
+  // disk (a resume drops the records after the checkpoint, never the ones before it).
   void Save(const fs::path& file) {
+    metrics_->Flush();
     std::ostringstream s;
     s << rng_;
     pos_.rng_state = s.str();
@@ -284,6 +287,7 @@ class Trainer {
     const int64_t first_step = pos_.step;
     saved_once_ = options_.resume;
     model_->train();
+    if (options_.resume) FinishEpochEnd();
     while (pos_.epoch < cfg_.epochs) {
       if (pos_.order.empty()) pos_.order = Shuffled(R_, rng_);
       ProgressBar bar("epoch " + std::to_string(pos_.epoch + 1) + "/" + std::to_string(cfg_.epochs),
@@ -304,7 +308,7 @@ class Trainer {
       EndEpoch(bar);
     }
     if (pos_.step_in_epoch > 0 || !saved_once_) Save(last_);
-    metrics_->Flush();
+    metrics_->Flush();  // the records after the last save (none if it just saved)
     summary_.steps = pos_.step;
     summary_.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -340,16 +344,16 @@ class Trainer {
     lo.integrator = cfg_.IntegratorAt(pos_.step, R_);
     lo.substeps = cfg_.SubstepsAt(pos_.step, R_);
     lo.w_dyn = cfg_.WDynAt(pos_.step, R_);
-    LossTerms loss = SequenceLoss(model_, images, u, ids, lo);
-    const double total = loss.total.item<double>();
-    if (!std::isfinite(total)) {
-      throw NumericalError("non-finite loss at step " + std::to_string(pos_.step) + " (epoch " +
-                           std::to_string(pos_.epoch + 1) + "); " +
-                           (saved_once_
-                                ? "the last good checkpoint is kept: " + last_.string() +
-                                      " (resume with --resume, perhaps with a lower --lr)"
-                                : std::string("no checkpoint was saved yet (try a lower --lr)")));
+    LossTerms loss;
+    try {
+      loss = SequenceLoss(model_, images, u, ids, lo);
+    } catch (const c10::Error& e) {
+      // LibTorch's own checks on non-finite values (e.g. a singular solve of the constraint
+      // forces once the masses overflow) are the same failure as a non-finite loss.
+      throw NumericalError(Diverged(std::string(e.what_without_backtrace()).substr(0, 120)));
     }
+    const double total = loss.total.item<double>();
+    if (!std::isfinite(total)) throw NumericalError(Diverged("non-finite loss"));
     adam_->zero_grad();
     loss.total.backward();
     for (auto& p : model_->parameters()) {
@@ -378,18 +382,24 @@ class Trainer {
     return rec;
   }
 
-  // End of an epoch: checkpoints (last.pt and epoch-NNNN.pt), the validation VPT, the record.
-  void EndEpoch(ProgressBar& bar) {
-    metrics_->Flush();
-    pos_.epoch += 1;
-    pos_.step_in_epoch = 0;
-    pos_.order.clear();
-    Save(last_);
+  // The message of a diverged step: what failed, where, and what is kept.
+  std::string Diverged(const std::string& what) const {
+    std::string first_line = what.substr(0, what.find('\n'));
+    return first_line + " at step " + std::to_string(pos_.step) + " (epoch " +
+           std::to_string(pos_.epoch + 1) + "); " +
+           (saved_once_ ? "the last good checkpoint is kept: " + last_.string() +
+                              " (resume with --resume, perhaps with a lower --lr)"
+                        : std::string("no checkpoint was saved yet (try a lower --lr)"));
+  }
+
+  fs::path EpochFile(int64_t epoch) const {
     char name[32];
-    std::snprintf(name, sizeof name, "epoch-%04lld.pt", static_cast<long long>(pos_.epoch));
-    fs::copy_file(last_, checkpoints_ / name, fs::copy_options::overwrite_existing);
-    saved_once_ = true;
-    summary_.epochs_completed = pos_.epoch;
+    std::snprintf(name, sizeof name, "epoch-%04lld.pt", static_cast<long long>(epoch));
+    return checkpoints_ / name;
+  }
+
+  // The validation VPT of the epoch that just ended, appended to metrics.jsonl.
+  EpochRecord RecordEpoch() {
     EpochRecord rec;
     rec.epoch = pos_.epoch;
     rec.step = pos_.step;
@@ -397,6 +407,32 @@ class Trainer {
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     metrics_->Append(rec);
     metrics_->Flush();
+    return rec;
+  }
+
+  // A run killed after an epoch's checkpoint but before its copy or its record (during the
+  // validation) resumes at that epoch's end: what is missing is made now, so that every epoch
+  // has its epoch-NNNN.pt and exactly one record.
+  void FinishEpochEnd() {
+    if (pos_.step_in_epoch != 0 || pos_.epoch < 1) return;
+    if (!fs::exists(EpochFile(pos_.epoch))) CopyFileAtomically(last_, EpochFile(pos_.epoch));
+    for (const EpochRecord& e : ReadMetrics(run_ / "metrics.jsonl").epochs) {
+      if (e.epoch == pos_.epoch) return;
+    }
+    RecordEpoch();
+  }
+
+  // End of an epoch: checkpoints (last.pt and epoch-NNNN.pt), the validation VPT, the record.
+  void EndEpoch(ProgressBar& bar) {
+    metrics_->Flush();
+    pos_.epoch += 1;
+    pos_.step_in_epoch = 0;
+    pos_.order.clear();
+    Save(last_);
+    CopyFileAtomically(last_, EpochFile(pos_.epoch));
+    saved_once_ = true;
+    summary_.epochs_completed = pos_.epoch;
+    const EpochRecord rec = RecordEpoch();
     if (options_.quiet) return;
     bar.Finish();
     char vpt[64] = "n/a";
@@ -433,6 +469,11 @@ class Trainer {
     } catch (const NumericalError& e) {
       model_->SetPrecision(training_precision);
       rec->val_error = e.what();
+    } catch (const Interrupted&) {
+      // Ctrl-C during the validation: the epoch's record is still written; the next step
+      // stops the run (Step).
+      model_->SetPrecision(training_precision);
+      rec->val_error = "validation interrupted";
     } catch (...) {
       model_->SetPrecision(training_precision);
       throw;

@@ -1,16 +1,21 @@
 #include "keycld/util/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <system_error>
 
 #include "keycld/util/error.h"
+#include "keycld/util/interrupt.h"
 
 namespace keycld {
 
@@ -37,21 +42,42 @@ AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
                   "': " + std::strerror(errno));
   }
   ::close(fd);
+  slot_ = RegisterTemporaryFile(temp_.c_str());
+  RemoveStaleTemporaries(dir);
 }
 
 AtomicFile::~AtomicFile() {
+  UnregisterTemporaryFile(slot_);
   if (!committed_) {
     std::error_code ec;
     fs::remove(temp_, ec);
   }
 }
 
+void RemoveStaleTemporaries(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    long pid = 0;
+    int n = 0;
+    if (std::sscanf(name.c_str(), ".keycld-%ld-%*d.tmp%n", &pid, &n) != 1 ||
+        size_t(n) != name.size() || pid <= 0) {
+      continue;
+    }
+    // The writer is gone (killed before it could remove its temporary).
+    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
 void AtomicFile::Commit() {
-  int fd = ::open(temp_.c_str(), O_RDONLY);
+  int fd = ::open(temp_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 || ::fsync(fd) != 0) {
     int err = errno;
     if (fd >= 0) ::close(fd);
-    throw IoError("cannot flush '" + temp_.string() + "': " + std::strerror(err));
+    throw IoError(WriteFailure(target_, err));
   }
   ::close(fd);
   std::error_code ec;
@@ -63,15 +89,45 @@ void AtomicFile::Commit() {
   committed_ = true;
 }
 
-void WriteTextAtomically(const fs::path& file, std::string_view text) {
-  AtomicFile out(file);
-  {
-    std::ofstream f(out.temp_path(), std::ios::binary);
-    f.write(text.data(), std::streamsize(text.size()));
-    f.flush();
-    if (!f) throw IoError("cannot write '" + file.string() + "'");
+std::string WriteFailure(const fs::path& file, int err) {
+  std::string reason = std::strerror(err);
+  if (!reason.empty()) reason[0] = char(std::tolower(static_cast<unsigned char>(reason[0])));
+  return "cannot write '" + file.string() + "': " + reason;
+}
+
+int WriteAll(int fd, std::string_view bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EIO;
+    done += size_t(n);
   }
+  return 0;
+}
+
+void WriteFileAtomically(const fs::path& file, std::string_view bytes) {
+  AtomicFile out(file);
+  const int fd = ::open(out.temp_path().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) throw IoError(WriteFailure(file, errno));
+  int err = WriteAll(fd, bytes);
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) throw IoError(WriteFailure(file, err));
   out.Commit();
+}
+
+void CopyFileAtomically(const fs::path& from, const fs::path& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.is_open() || in.bad()) throw IoError("cannot read '" + from.string() + "'");
+  WriteFileAtomically(to, bytes);
+}
+
+void WriteTextAtomically(const fs::path& file, std::string_view text) {
+  WriteFileAtomically(file, text);
 }
 
 }  // namespace keycld

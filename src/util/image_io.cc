@@ -1,8 +1,10 @@
 #include "keycld/util/image_io.h"
 
+#include <fcntl.h>
 #include <gif_lib.h>
 #include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -48,11 +50,16 @@ void WritePng(const std::filesystem::path& path, std::span<const uint8_t> rgb, i
     throw InputError("WritePng: buffer of " + std::to_string(rgb.size()) + " bytes is not " +
                      std::to_string(width) + "x" + std::to_string(height) + "x3");
   }
-  AtomicFile file(path);
-  if (!stbi_write_png(file.temp_path().c_str(), width, height, 3, rgb.data(), width * 3)) {
-    throw IoError("cannot write PNG '" + path.string() + "'");
+  // Encoded to memory, then written with checked write(2) calls (stb's file writer ignores
+  // write errors, which on a full disk left a truncated PNG).
+  std::string png;
+  auto append = [](void* context, void* data, int n) {
+    static_cast<std::string*>(context)->append(static_cast<const char*>(data), size_t(n));
+  };
+  if (!stbi_write_png_to_func(append, &png, width, height, 3, rgb.data(), width * 3)) {
+    throw IoError("cannot encode PNG '" + path.string() + "'");
   }
-  file.Commit();
+  WriteFileAtomically(path, png);
 }
 
 namespace {
@@ -127,12 +134,15 @@ struct GifWriter::Impl {
   int width = 0, height = 0, delay_cs = 0;
   Palette palette;
   std::unique_ptr<AtomicFile> file;
+  int fd = -1;          // the temporary, written by Output
+  int write_errno = 0;  // errno of the first failed write
   GifFileType* gif = nullptr;
   std::vector<GifByteType> index;
   int64_t frames = 0;
 
   [[noreturn]] void Fail(const std::string& what) {
     Close();
+    if (write_errno != 0) throw IoError(WriteFailure(path, write_errno));
     throw IoError("cannot write GIF '" + path.string() + "': " + what);
   }
   void Close() {
@@ -141,6 +151,15 @@ struct GifWriter::Impl {
       EGifCloseFile(gif, &err);
       gif = nullptr;
     }
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  // giflib's output function: every byte goes through a checked write(2).
+  static int Output(GifFileType* gif, const GifByteType* data, int n) {
+    Impl* m = static_cast<Impl*>(gif->UserData);
+    if (m->write_errno != 0) return 0;
+    m->write_errno = WriteAll(m->fd, std::string_view(reinterpret_cast<const char*>(data), n));
+    return m->write_errno == 0 ? n : 0;
   }
 };
 
@@ -175,8 +194,13 @@ GifWriter::GifWriter(const std::filesystem::path& path, int width, int height, i
   m.index.resize(n);
   m.file = std::make_unique<AtomicFile>(path);
   int err = 0;
-  m.gif = EGifOpenFileName(m.file->temp_path().c_str(), false, &err);
-  if (!m.gif) throw IoError("cannot open GIF '" + path.string() + "': " + GifErrorString(err));
+  m.fd = ::open(m.file->temp_path().c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (m.fd < 0) throw IoError(WriteFailure(path, errno));
+  m.gif = EGifOpen(&m, &Impl::Output, &err);
+  if (!m.gif) {
+    m.Close();
+    throw IoError("cannot open GIF '" + path.string() + "': " + GifErrorString(err));
+  }
   ColorMapObject* cmap = GifMakeMapObject(256, m.palette.colors.data());
   if (!cmap) m.Fail("palette");
   EGifSetGifVersion(m.gif, true);
@@ -243,6 +267,10 @@ void GifWriter::Finish() {
   int err = 0;
   int rc = EGifCloseFile(m.gif, &err);
   m.gif = nullptr;
+  const int close_errno = ::close(m.fd) != 0 ? errno : 0;
+  m.fd = -1;
+  if (m.write_errno != 0) throw IoError(WriteFailure(m.path, m.write_errno));
+  if (close_errno != 0) throw IoError(WriteFailure(m.path, close_errno));
   if (rc == GIF_ERROR) {
     throw IoError("cannot finish GIF '" + m.path.string() + "': " + GifErrorString(err));
   }

@@ -1,8 +1,9 @@
-// Plots for reports: line plots, grouped bar charts and heat maps as PNG files (PLplot with its
-// cairo driver "pngcairo"). White background, black axes and text, one distinct colour per
-// series (PlotSeriesColor), a legend for labelled series. Files are written atomically (a
-// temporary file in the same folder, then renamed). PLplot keeps global state, so every plot
-// holds one process-wide mutex: the functions are thread-safe but do not run in parallel.
+// Plots for reports: line plots, grouped bar charts and heat maps as PNG files (PLplot's cairo
+// memory device "memcairo", encoded and written by WritePng, every write checked). White
+// background, black axes and text, one distinct colour per series (PlotSeriesColor), a legend for
+// labelled series. Files are written atomically (a temporary file in the same folder, then
+// renamed). PLplot keeps global state, so every plot holds one process-wide mutex: the functions
+// are thread-safe but do not run in parallel.
 #pragma once
 
 #include <array>

@@ -30,6 +30,9 @@ EnvName ParseEnvName(const std::string& name);
 ControlMode ParseControlMode(const std::string& name);
 std::string EnvNameString(EnvName env);
 std::string ControlModeString(ControlMode mode);
+/// Joints of the system's MJCF model (docs/method.md §7): nq = nv = nu = 1 for the pendulum, 2 for
+/// the cartpole and the acrobot (every joint has a motor).
+int JointCount(EnvName env);
 /// Throws InputError for a combination the benchmark lacks (pendulum has no "under").
 void CheckControlMode(EnvName env, ControlMode mode);
 

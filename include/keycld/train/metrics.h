@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,14 +48,23 @@ class MetricsWriter {
   /// ended at or before it, so the resumed run adds every later record exactly once; -1 starts
   /// an empty file. Throws IoError.
   MetricsWriter(const std::filesystem::path& file, int64_t keep_before_step);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  /// Queues a record; the queue is appended to the file by Flush() and whenever it holds
+  /// kFlushBytes (so a live run's file grows during an epoch). IoError as Flush().
   void Append(const StepRecord& r);
   void Append(const EpochRecord& r);
-  /// Flushes to the file; IoError if the write failed (a full disk).
+  /// Appends the queued records to the file (one write(2)); IoError "cannot write '<file>':
+  /// no space left on device" if the write failed. A partly written last line is skipped by
+  /// ReadMetrics and dropped by the next resume.
   void Flush();
 
  private:
+  static constexpr size_t kFlushBytes = 8192;
   std::filesystem::path file_;
-  std::ofstream out_;
+  int fd_ = -1;
+  std::string pending_;
 };
 
 /// Sum of the step times of epochs 1 … `epochs` (all of them when 0).
