@@ -30,13 +30,14 @@ std::string GainScaleName(GainScale scale) { return NameOf(scale); }
 
 void ControllerOptions::Validate() const {
   if (!std::isfinite(kp) || !(kp > 0)) {
-    throw InputError("the stiffness gain k_p must be > 0, got " + std::to_string(kp));
+    throw InputError("the stiffness gain k_p must be finite and > 0, got " + std::to_string(kp));
   }
   if (!std::isfinite(kd) || kd < 0) {
-    throw InputError("the damping gain k_d must be ≥ 0, got " + std::to_string(kd));
+    throw InputError("the damping gain k_d must be finite and ≥ 0, got " + std::to_string(kd));
   }
   if (!std::isfinite(u_max) || u_max < 0) {
-    throw InputError("the actuator limit must be ≥ 0 (0 = none), got " + std::to_string(u_max));
+    throw InputError("the actuator limit must be finite and ≥ 0 (0 = none), got " +
+                     std::to_string(u_max));
   }
 }
 

@@ -256,8 +256,12 @@ void TrainConfig::Validate() const {
         "and ≥ 0");
   }
   if (threads < 0 || threads > 256) fail("threads must be in [0, 256] (0 = all cores)");
-  if (val_runs < 0) fail("val_runs must be ≥ 0 (0 = all)");
-  if (!(rtol > 0) || !(atol > 0)) fail("rtol and atol must be > 0");
+  if (val_runs < 0 || val_runs > 1000000) fail("val_runs must be in [0, 1000000] (0 = all)");
+  // Dormand–Prince tolerances: relative and absolute errors per step, meaningless above 1.
+  if (!(rtol > 0 && rtol <= 1) || !(atol > 0 && atol <= 1)) {
+    fail("rtol and atol must be in (0, 1], got " + std::to_string(rtol) + " and " +
+         std::to_string(atol));
+  }
   if (device != "cpu" && device.rfind("cuda", 0) != 0) {
     fail("device must be cpu, cuda or cuda:N, got '" + device + "'");
   }
