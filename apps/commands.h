@@ -23,7 +23,7 @@ using Runner = std::function<int()>;
 
 /// CLI11 check: a finite number in [lo, hi] (`lo_open`: lo itself excluded). Unlike CLI::Range,
 /// it rejects NaN, and unlike CLI::PositiveNumber it prints the bounds as written, e.g.
-/// "--hold: must be a finite number > 0 and ≤ 3600, got nan".
+/// "--hold: must be a finite number ≥ 0 and ≤ 3600, got nan".
 inline CLI::Validator FiniteRange(double lo, double hi, bool lo_open = false) {
   auto text = [](double v) {
     std::ostringstream s;

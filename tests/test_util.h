@@ -30,18 +30,24 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-/// Runs the keycld CLI with `args`; returns the exit code and fills `output` (stdout+stderr).
-/// `cwd`: the working directory of the command (empty = the test's).
-inline int RunCli(const std::string& args, std::string* output, const std::string& cwd = "") {
-  std::string cmd = (cwd.empty() ? "" : "cd '" + cwd + "' && ") + std::string(KEYCLD_CLI_PATH) +
-                    " " + args + " 2>&1";
+/// Runs the shell command `cmd` (/bin/sh -c); fills `output` with its standard output and
+/// returns the wait status (-1 if it could not start).
+inline int RunShell(const std::string& cmd, std::string* output) {
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return -1;
   char buf[4096];
   output->clear();
   while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) output->append(buf, n);
-  int status = ::pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return ::pclose(pipe);
+}
+
+/// Runs the keycld CLI with `args`; returns the exit code and fills `output` (stdout+stderr).
+/// `cwd`: the working directory of the command (empty = the test's).
+inline int RunCli(const std::string& args, std::string* output, const std::string& cwd = "") {
+  const int status = RunShell((cwd.empty() ? "" : "cd '" + cwd + "' && ") +
+                                  std::string(KEYCLD_CLI_PATH) + " " + args + " 2>&1",
+                              output);
+  return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace keycld::testing

@@ -149,12 +149,8 @@ TEST(BadInput, TimeoutsDoubleSignalStopsGenerationCleanly) {
                           dir.path().string() +
                           " 2>&1 & P=$!; sleep 3; kill -TERM $P; kill -TERM $P; wait $P; "
                           "echo rc=$?";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
   std::string out;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  ::pclose(pipe);
+  ASSERT_NE(testing::RunShell(cmd, &out), -1);
   EXPECT_NE(out.find("generation interrupted; nothing was written"), std::string::npos) << out;
   EXPECT_NE(out.find("rc=130"), std::string::npos) << out;
   for (const auto& e : fs::directory_iterator(dir.path())) ADD_FAILURE() << e.path();

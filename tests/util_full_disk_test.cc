@@ -25,13 +25,9 @@ namespace fs = std::filesystem;
 // Runs the CLI with every file it writes limited to `bytes` (a multiple of 512).
 int RunCliWithFileLimit(int64_t bytes, const std::string& args, std::string* output) {
   const std::string prefix = "trap '' XFSZ; ulimit -f " + std::to_string(bytes / 512) + "; exec ";
-  std::string cmd = prefix + std::string(KEYCLD_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (!pipe) return -1;
-  char buf[4096];
-  output->clear();
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) output->append(buf, n);
-  const int status = ::pclose(pipe);
+  const int status =
+      testing::RunShell(prefix + std::string(KEYCLD_CLI_PATH) + " " + args + " 2>&1", output);
+  if (status == -1) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
@@ -60,6 +56,18 @@ void ExpectCleanWriteFailure(int rc, const std::string& out, const fs::path& out
     EXPECT_EQ(out.find(crash), std::string::npos) << out;
   }
   EXPECT_TRUE(TemporaryFiles(out_dir).empty()) << TemporaryFiles(out_dir).front();
+}
+
+// `command --out <out_stem>-<limit>` under each file-size limit: a clean failure each time (the
+// limits make the write fail in different files).
+void ExpectEachLimitFailsCleanly(const std::string& command, const std::vector<int64_t>& limits,
+                                 const fs::path& out_stem) {
+  for (int64_t limit : limits) {
+    std::string out;
+    const fs::path o = out_stem.string() + "-" + std::to_string(limit);
+    ExpectCleanWriteFailure(RunCliWithFileLimit(limit, command + " --out " + o.string(), &out), out,
+                            o);
+  }
 }
 
 // A run folder with an untrained 16x16 pendulum model and the data set it names.
@@ -103,25 +111,15 @@ TEST(FullDisk, EvaluateLeavesNoTruncatedFigureOrReport) {
   testing::TempDir dir;
   const fs::path run = MakeRun(dir);
   // From 8 KiB: below it PLplot cannot write the temporary list of its drivers.
-  for (int64_t limit : {8192, 32768, 49152}) {
-    std::string out;
-    const fs::path report = dir / ("report-" + std::to_string(limit));
-    const int rc = RunCliWithFileLimit(
-        limit, "evaluate " + run.string() + " --threads 1 --out " + report.string(), &out);
-    ExpectCleanWriteFailure(rc, out, report);
-  }
+  ExpectEachLimitFailsCleanly("evaluate " + run.string() + " --threads 1", {8192, 32768, 49152},
+                              dir / "report");
 }
 
 TEST(FullDisk, PredictLeavesNoTruncatedGifOrCsv) {
   testing::TempDir dir;
   const fs::path run = MakeRun(dir);
-  for (int64_t limit : {512, 16384}) {
-    std::string out;
-    const fs::path o = dir / ("predict-" + std::to_string(limit));
-    const int rc = RunCliWithFileLimit(
-        limit, "predict " + run.string() + " --frames 20 --threads 1 --out " + o.string(), &out);
-    ExpectCleanWriteFailure(rc, out, o);
-  }
+  ExpectEachLimitFailsCleanly("predict " + run.string() + " --frames 20 --threads 1", {512, 16384},
+                              dir / "predict");
 }
 
 TEST(FullDisk, RenderAndControlLeaveNoTruncatedFile) {

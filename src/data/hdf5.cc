@@ -141,9 +141,8 @@ void WriteSlab(hid_t dataset, hid_t mem_type, const void* data, const std::vecto
   Id mem_space = Check(H5Screate_simple(int(count.size()), count.data(), nullptr), "H5Screate");
   if (H5Dwrite(dataset, mem_type, mem_space, file_space, H5P_DEFAULT, data) < 0) {
     const int err = LastErrno();
-    std::string reason = err != 0 ? std::strerror(err) : "HDF5 write failed";
-    reason[0] = char(std::tolower(static_cast<unsigned char>(reason[0])));
-    throw IoError("cannot write " + what + ": " + reason);
+    throw IoError("cannot write " + what + ": " +
+                  (err != 0 ? ErrnoText(err) : std::string("HDF5 write failed")));
   }
 }
 

@@ -424,7 +424,6 @@ class Trainer {
 
   // End of an epoch: checkpoints (last.pt and epoch-NNNN.pt), the validation VPT, the record.
   void EndEpoch(ProgressBar& bar) {
-    metrics_->Flush();
     pos_.epoch += 1;
     pos_.step_in_epoch = 0;
     pos_.order.clear();

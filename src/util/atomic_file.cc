@@ -90,9 +90,7 @@ void AtomicFile::Commit() {
 }
 
 std::string WriteFailure(const fs::path& file, int err) {
-  std::string reason = std::strerror(err);
-  if (!reason.empty()) reason[0] = char(std::tolower(static_cast<unsigned char>(reason[0])));
-  return "cannot write '" + file.string() + "': " + reason;
+  return "cannot write '" + file.string() + "': " + ErrnoText(err);
 }
 
 int WriteAll(int fd, std::string_view bytes) {

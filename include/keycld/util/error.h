@@ -2,10 +2,19 @@
 // expected value, so that the CLI can print it as one line and exit non-zero.
 #pragma once
 
+#include <cctype>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
 namespace keycld {
+
+/// strerror(err) in lower case, as keycld's messages print it ("no space left on device").
+inline std::string ErrnoText(int err) {
+  std::string text = std::strerror(err);
+  if (!text.empty()) text[0] = char(std::tolower(static_cast<unsigned char>(text[0])));
+  return text;
+}
 
 /// Base of all keycld errors.
 class Error : public std::runtime_error {
