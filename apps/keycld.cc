@@ -16,18 +16,11 @@
 #include "keycld/sim/gl_context.h"
 #include "keycld/util/allocator.h"
 #include "keycld/util/error.h"
+#include "keycld/util/text.h"
 
 using namespace keycld;
 
 namespace {
-
-// A message on one line: line breaks become "; ", trailing blank space goes.
-std::string OneLine(std::string text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
-  std::string out;
-  for (char c : text) out += c == '\n' ? std::string("; ") : std::string(1, c);
-  return out;
-}
 
 // Levenshtein distance of two short words.
 size_t EditDistance(const std::string& a, const std::string& b) {

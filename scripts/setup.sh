@@ -17,6 +17,8 @@ PACKAGES=(
   libstb-dev libgif-dev               # PNG and GIF output
   libplplot-dev plplot-driver-cairo   # plots (PNG through cairo)
   libgtest-dev libbenchmark-dev       # tests and benchmarks
+  python3-dev python3-torch pybind11-dev python3-pybind11  # the Python module (import keycld)
+  python3-numpy python3-pytest python3-h5py python3-matplotlib  # its tests and example
 )
 
 if [[ "${KEYCLD_SKIP_APT:-0}" != 1 ]]; then

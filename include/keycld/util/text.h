@@ -4,6 +4,7 @@
 #include <c10/util/StringUtil.h>
 #include <torch/types.h>
 
+#include <cctype>
 #include <cstdio>
 #include <string>
 
@@ -19,6 +20,15 @@ inline std::string Fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
+}
+
+/// `text` on one line, as error messages are printed: line breaks become "; ", trailing blank
+/// space goes.
+inline std::string OneLine(std::string text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  std::string out;
+  for (char c : text) out += c == '\n' ? std::string("; ") : std::string(1, c);
+  return out;
 }
 
 /// `v` with 3 significant digits ("%.3g").
