@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "keycld/sim/gl_context.h"
 #include "keycld/sim/offscreen_renderer.h"
 #include "keycld/train/config.h"
+#include "keycld/train/loss.h"
 #include "keycld/train/trained_run.h"
 #include "keycld/train/trainer.h"
 #include "keycld/train/vpt.h"
@@ -87,6 +89,8 @@ void RegisterErrors(py::module_& m) {
       PyErr_SetString(PythonErrorType(e), OneLine(e.what()).c_str());
     } catch (const c10::Error& e) {
       PyErr_SetString(PyExc_RuntimeError, OneLine(e.what_without_backtrace()).c_str());
+    } catch (const fs::filesystem_error& e) {
+      PyErr_SetString(g_errors.io, OneLine(e.what()).c_str());
     }
   });
 }
@@ -201,7 +205,15 @@ class PyEnvironment {
 
   void Step(const std::optional<std::vector<double>>& u, int steps) {
     if (steps < 0) throw InputError("steps must be ≥ 0, got " + std::to_string(steps));
-    if (u) env_.SetAction(CheckedVector(*u, size_t(env_.nu()), "u"));
+    if (u) {
+      for (double v : *u) {
+        if (!std::isfinite(v) || std::abs(v) >= 1e10) {  // MuJoCo drops |u| ≥ 1e10 (mjMAXVAL)
+          throw InputError("u must be finite and below 1e10 in magnitude, got " +
+                           std::to_string(v));
+        }
+      }
+      env_.SetAction(CheckedVector(*u, size_t(env_.nu()), "u"));
+    }
     for (int i = 0; i < steps; ++i) env_.Step();
   }
 
@@ -221,7 +233,9 @@ class PyEnvironment {
   }
 
   torch::Tensor KeypointImagePositions(int size) const {
-    if (size < 1) throw InputError("size must be ≥ 1, got " + std::to_string(size));
+    if (size < 8 || size > 1024) {
+      throw InputError("size must be in [8, 1024], got " + std::to_string(size));
+    }
     const auto points = env_.KeypointImagePositions(size);
     torch::Tensor t = torch::empty({int64_t(points.size()), 2}, torch::kFloat64);
     for (size_t k = 0; k < points.size(); ++k) {
@@ -310,6 +324,32 @@ class PyRun {
     return u->to(run_.model->device(), DynamicsDtype());
   }
 
+  // The training objective of one sequence (train/loss.h): total, reconstruction, dynamics,
+  // heatmap.
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> Loss(
+      const torch::Tensor& images, const std::optional<torch::Tensor>& u,
+      const std::optional<torch::Tensor>& transform_ids, int horizon, const std::string& integrator,
+      int substeps, double max_acceleration) {
+    torch::Tensor frames = ModelImages(images, model()->spec().image_size, model()->device());
+    torch::Tensor ids;
+    if (transform_ids && transform_ids->defined()) {
+      if (transform_ids->dim() != 1 || transform_ids->size(0) != frames.size(0) ||
+          transform_ids->is_floating_point()) {
+        throw InputError("transform_ids must be integers [" + std::to_string(frames.size(0)) +
+                         "] in [0, 8), got " + ShapeText(*transform_ids));
+      }
+      ids = transform_ids->to(model()->device(), torch::kInt64);
+    }
+    LossOptions o;
+    o.horizon = horizon;
+    o.integrator = ParseIntegratorMethod(integrator);
+    o.substeps = substeps;
+    o.max_acceleration = max_acceleration;
+    if (horizon < 1) throw InputError("horizon must be ≥ 1, got " + std::to_string(horizon));
+    LossTerms t = SequenceLoss(model(), frames, Action(u, 1).to(torch::kFloat32), ids, o);
+    return {t.total, t.reconstruction, t.dynamics, t.heatmap};
+  }
+
   std::tuple<torch::Tensor, torch::Tensor, int64_t, int64_t> Rollout(
       const torch::Tensor& x0, const torch::Tensor& xdot0, const std::optional<torch::Tensor>& u,
       const std::vector<double>& times, const std::string& solver, double rtol, double atol,
@@ -324,9 +364,13 @@ class PyRun {
     io.atol = atol;
     io.max_steps = max_steps;
     io.substeps = substeps;
-    if (!(rtol > 0 && atol > 0)) throw InputError("rtol and atol must be > 0");
+    if (!(rtol > 0 && rtol <= 1 && atol > 0 && atol <= 1)) {
+      throw InputError("rtol and atol must be in (0, 1], got " + Sci(rtol) + " and " + Sci(atol));
+    }
     if (max_steps < 1) throw InputError("max_steps must be ≥ 1");
     if (substeps < 1) throw InputError("substeps must be ≥ 1");
+    ClearInterrupt();
+    InterruptGuard guard;  // Ctrl-C stops a long rollout (KeyboardInterrupt)
     Trajectory t =
         run_.model->Rollout(x, v, Action(u, x.size(0)), times, ParseIntegratorMethod(solver), io);
     return {t.x, t.xdot, t.accepted_steps, t.rejected_steps};
@@ -428,6 +472,9 @@ class PyRun {
     torch::Tensor xs = StateRows(x, width(), "x", cpu, torch::kFloat64);
     torch::Tensor vs = StateRows(xdot, width(), "xdot", cpu, torch::kFloat64);
     if (xs.size(0) != 1 || vs.size(0) != 1) throw InputError("x and xdot must be one state");
+    if (!torch::isfinite(xs).all().item<bool>() || !torch::isfinite(vs).all().item<bool>()) {
+      throw InputError("x and xdot must be finite");
+    }
     return controller.Act(xs, vs).u;
   }
 
@@ -592,6 +639,7 @@ PYBIND11_MODULE(_keycld, m) {
           },
           kNoGil)
       .def("rollout", &PyRun::Rollout, kNoGil)
+      .def("sequence_loss", &PyRun::Loss, kNoGil)
       .def(
           "mass_diagonal", [](PyRun& r) { return r.model()->MassDiagonal(); }, kNoGil)
       .def(

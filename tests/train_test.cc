@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -640,6 +642,52 @@ TEST(TrainRun, AnUnknownCommandSuggestsTheNearestOne) {
   EXPECT_EQ(testing::RunCli("--gl auto info", &out, dir.path()), 0) << out;
   EXPECT_EQ(testing::RunCli("info --gl auto", &out, dir.path()), 0) << out;
   EXPECT_EQ(testing::RunCli("info --gl nonsense", &out, dir.path()), 2) << out;
+}
+
+}  // namespace
+}  // namespace keycld
+
+namespace keycld {
+namespace {
+
+// LibTorch's loader replaces a parameter by the stored tensor whatever its shape; a checkpoint
+// whose tensors do not fit its spec (or hold NaN) must be refused when it is opened, not fail
+// later inside a matrix product.
+TEST(Checkpoint, ParametersOfTheWrongShapeOrNotFiniteAreRefusedAtLoad) {
+  testing::TempDir dir;
+  auto save_with = [&](const std::string& name, const std::function<void(Model&)>& spoil) {
+    Model model = CreateModel(testing::TinyModelSpec(EnvName::kPendulum));
+    spoil(model);
+    const auto file = dir / (name + ".pt");
+    SaveCheckpoint(file, model, nullptr, TrainPosition{});
+    return file;
+  };
+  auto parameter = [](Model& model, const std::string& name) {
+    for (auto& p : model->named_parameters())
+      if (p.key() == name) return p.value();
+    throw std::runtime_error("no parameter " + name);
+  };
+  const auto good = save_with("good", [](Model&) {});
+  EXPECT_NO_THROW(LoadModel(good, torch::kCPU));
+  const auto shape = save_with("shape", [&](Model& m) {
+    torch::NoGradGuard g;
+    parameter(m, "potential.mlp.linear1.weight").set_data(torch::zeros({8, 5}));
+  });
+  try {
+    LoadModel(shape, torch::kCPU);
+    ADD_FAILURE() << "a parameter of the wrong shape was loaded";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("'potential.mlp.linear1.weight' has shape [8, 5]"),
+              std::string::npos)
+        << e.what();
+  }
+  const auto nan = save_with("nan", [&](Model& m) {
+    torch::NoGradGuard g;
+    parameter(m, "estimator.head.weight").fill_(std::numeric_limits<float>::quiet_NaN());
+  });
+  EXPECT_THROW(LoadModel(nan, torch::kCPU), FormatError);
+  Model model = CreateModel(testing::TinyModelSpec(EnvName::kPendulum));
+  EXPECT_THROW(LoadCheckpoint(shape, model, nullptr, nullptr), FormatError);
 }
 
 }  // namespace

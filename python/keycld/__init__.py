@@ -18,8 +18,12 @@ diverging rollout). Ctrl-C during train, evaluate or generate raises KeyboardInt
 the C++ code has stopped cleanly (training saves its checkpoint first).
 """
 
+import json
 import math
 import os
+import re
+import subprocess
+import sys
 import tomllib
 
 import torch  # loads LibTorch's Python bindings, which the extension's tensor casters use
@@ -66,12 +70,29 @@ def _tensor(value, name, dtype=None):
 
 
 def _numbers(value, name):
-    """A state, velocity or action: a tensor, array or list of numbers; integers become
-    float64 (the C++ side casts to the dynamics' dtype); bool and complex are refused there."""
-    t = _tensor(value, name)
+    """A state, velocity or action: a tensor, array or list of numbers; lists and integers
+    become float64 (the C++ side casts to the dynamics' dtype); bool and complex are refused
+    there."""
+    is_array = isinstance(value, torch.Tensor) or hasattr(value, "__array__")
+    t = _tensor(value, name, None if is_array else torch.float64)
     if not t.is_floating_point() and not t.is_complex() and t.dtype != torch.bool:
         t = t.to(torch.float64)
     return t
+
+
+def _no_inference_mode(what):
+    if torch.is_inference_mode_enabled():
+        raise InputError(f"{what} needs autograd (∇V), which torch.inference_mode() turns off: "
+                         "use torch.no_grad() instead")
+
+
+def _device(device):
+    if device is None:
+        return ""
+    name = str(device)
+    if not re.fullmatch(r"cpu|cuda(:[0-9]+)?", name):
+        raise InputError(f"device must be cpu, cuda or cuda:N, got {name!r}")
+    return name
 
 
 def mujoco_version():
@@ -134,8 +155,8 @@ class Environment:
 
     def reset(self, qpos, qvel):
         """Sets the state (qpos [nq], qvel [nv]), time 0 and action 0. InputError on a size."""
-        self._env.reset(_tensor(qpos, "qpos").double().flatten().tolist(),
-                        _tensor(qvel, "qvel").double().flatten().tolist())
+        self._env.reset(_numbers(qpos, "qpos").double().flatten().tolist(),
+                        _numbers(qvel, "qvel").double().flatten().tolist())
 
     def reset_random(self, seed=0, run=0):
         """Draws the initial state of data-set run ``run`` of seed ``seed`` (docs/method.md §7):
@@ -174,9 +195,43 @@ def generate(env="pendulum", control="none", runs=500, frames=50, size=64, seed=
     """Generates a data set as ``keycld generate`` does (docs/method.md §7, docs/data.md) and
     returns {"path", "reused", "seconds", "frames_per_second", "info"}. An existing file with the
     same parameters is reused unless ``force``. ``workers``: render processes (0 = one per
-    core). Raises InputError, IoError, GlError; KeyboardInterrupt on Ctrl-C (nothing is left)."""
-    return _k.generate(env, control, int(runs), int(frames), int(size), int(seed), int(workers),
-                       _path(out), bool(force), gl)
+    core). Runs in a fresh Python process (its render workers are forked, which is unsafe from
+    a process that already rendered with OpenGL or runs threads). Raises InputError, IoError,
+    GlError; KeyboardInterrupt on Ctrl-C (nothing is left)."""
+    args = [env, control, int(runs), int(frames), int(size), int(seed), int(workers),
+            os.path.abspath(_path(out)), bool(force), gl]
+    child = subprocess.Popen([sys.executable, "-c", _GENERATE_CHILD, json.dumps(args)],
+                             stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                 [os.path.dirname(os.path.dirname(__file__))] +
+                                 os.environ.get("PYTHONPATH", "").split(os.pathsep))))
+    try:
+        output, _ = child.communicate()
+    except KeyboardInterrupt:  # the child got the signal too: let it clean up
+        output, _ = child.communicate()
+    try:
+        reply = json.loads(output.decode().strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise Error(f"data set generation ended without an answer (exit status "
+                    f"{child.returncode})") from None
+    if "error" in reply:
+        kind = KeyboardInterrupt if reply["error"] == "KeyboardInterrupt" else globals().get(
+            reply["error"], Error)
+        raise kind(reply["message"])
+    return reply["result"]
+
+
+_GENERATE_CHILD = """
+import json, sys
+import keycld
+try:
+    result = keycld._k.generate(*json.loads(sys.argv[1]))
+    result["path"] = str(result["path"])
+    print(json.dumps({"result": result}))
+except keycld.Error as e:
+    print(json.dumps({"error": type(e).__name__, "message": str(e)}))
+except KeyboardInterrupt as e:
+    print(json.dumps({"error": "KeyboardInterrupt", "message": str(e)}))
+"""
 
 
 def load_run(path, checkpoint=None, data=None, device=None, threads=None):
@@ -196,7 +251,7 @@ class Run:
     Shapes: K keypoints, A actuators, S×S images, N states (rows) of width 2K."""
 
     def __init__(self, path, checkpoint=None, data=None, device=None, threads=None):
-        self._run = _k.Run(_path(path), _path(checkpoint), _path(data), device or "",
+        self._run = _k.Run(_path(path), _path(checkpoint), _path(data), _device(device),
                            _threads(threads))
 
     def __repr__(self):
@@ -266,12 +321,18 @@ class Run:
         xdot0, u and the parameters (Dormand–Prince's step-size control is not
         differentiated). Raises InputError for bad shapes, NumericalError on divergence.
         """
+        _no_inference_mode("rollout")
+        if (times is None) == (frames is None):
+            raise InputError("rollout needs exactly one of times (seconds) or frames")
         if times is None:
-            if frames is None:
-                raise InputError("rollout needs times (seconds) or frames")
+            if not isinstance(frames, int) or isinstance(frames, bool) or frames < 1:
+                raise InputError(f"frames must be an int ≥ 1, got {frames!r}")
             dt = self.spec["dt"]
-            times = [i * dt for i in range(int(frames))]
-        times = [float(t) for t in times]
+            times = [i * dt for i in range(frames)]
+        try:
+            times = [float(t) for t in _tensor(times, "times", torch.float64).flatten().tolist()]
+        except (TypeError, ValueError) as e:
+            raise InputError(f"times must be a sequence of seconds: {e}") from None
         cfg = self.config.get("eval", {})
         rtol = cfg.get("rtol", 1.4e-8) if rtol is None else rtol
         atol = cfg.get("atol", 1.4e-8) if atol is None else atol
@@ -284,8 +345,24 @@ class Run:
             int(max_steps), int(substeps))
         return x, xdot
 
+    def sequence_loss(self, images, u=None, transform_ids=None, horizon=4, integrator="euler",
+                      substeps=1, max_acceleration=0.0):
+        """keycld's training objective on one sequence (docs/method.md §6, train/loss.h) with
+        unit weights: images uint8 [N, S, S, 3] or float [N, 3, S, S], the constant action u
+        [A] (default 0), per-frame dihedral transform ids int [N] in [0, 8) (None: no
+        augmentation), horizon P, integrator euler | rk4 | verlet. Returns {"total",
+        "reconstruction", "dynamics", "heatmap"} as scalar tensors with their graph (a loss to
+        fine-tune with from PyTorch)."""
+        _no_inference_mode("sequence_loss")
+        total, rec, dyn, bce = self._run.sequence_loss(
+            _tensor(images, "images"), None if u is None else _numbers(u, "u"),
+            None if transform_ids is None else _tensor(transform_ids, "transform_ids"),
+            int(horizon), integrator, int(substeps), float(max_acceleration))
+        return {"total": total, "reconstruction": rec, "dynamics": dyn, "heatmap": bce}
+
     def acceleration(self, x, xdot, u=None):
         """ẍ = g(x, ẋ, u) of the learned dynamics: x, ẋ [B, 2K], u [A] or [B, A] → [B, 2K]."""
+        _no_inference_mode("acceleration")
         return self._run.acceleration(_numbers(x, "x"), _numbers(xdot, "xdot"),
                                       None if u is None else _numbers(u, "u"))
 
@@ -305,6 +382,7 @@ class Run:
 
     def potential_gradient(self, x):
         """∇V(x) by autograd: [B, 2K] → [B, 2K]."""
+        _no_inference_mode("potential_gradient")
         return self._run.potential_gradient(_numbers(x, "x"))
 
     def input_matrix(self, x):
@@ -325,6 +403,8 @@ class Run:
         """
         if (run is None) == (images is None):
             raise InputError("predict needs exactly one of run (a validation run index) or images")
+        if run is not None and action is not None:
+            raise InputError("predict(run=...) uses the run's own action; action goes with images")
         if run is not None:
             return self._run.predict_run(int(run), int(frames), gl)
         images = _tensor(images, "images")
@@ -341,6 +421,7 @@ class Run:
         scalars as they are. u_max > 0 clips each component. Returns float64 [A]. As
         ``keycld control``, only for a model trained on control mode "full" data of a fully
         actuated system (InputError otherwise: B(x) of other runs was never trained)."""
+        _no_inference_mode("control_action")
         for name, v in (("kp", kp), ("kd", kd), ("u_max", u_max)):
             if not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise InputError(f"{name} must be a finite number, got {v!r}")
@@ -375,6 +456,9 @@ def _settings_toml(settings):
     for section, values in settings.items():
         if not isinstance(values, dict):
             raise InputError(f"settings[{section!r}] must be a dict of keys, got {values!r}")
+        for name in (section, *values):
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", name):
+                raise InputError(f"settings: {name!r} is not a section or key name")
         lines.append(f"[{section}]")
         lines += [f"{k} = {_toml_value(f'{section}.{k}', v)}" for k, v in values.items()]
     return "\n".join(lines) + "\n"
@@ -393,6 +477,7 @@ def train(out, config=None, data=None, settings=None, preset=None, env=None, con
     "checkpoint", ...}. Raises InputError, IoError, FormatError, NumericalError (the last good
     checkpoint is named); KeyboardInterrupt on Ctrl-C after saving a checkpoint.
     """
+    settings_toml = _settings_toml(settings)  # validates the types first
     if resume and settings:
         changeable = {"epochs", "max_steps", "lr", "threads", "device", "precision"}
         for section, values in settings.items():
@@ -407,7 +492,10 @@ def train(out, config=None, data=None, settings=None, preset=None, env=None, con
         if env is None:
             raise InputError("a preset needs env (pendulum | cartpole | acrobot)")
         config = preset_file(preset, env, control)
-    return _k.train(_path(out), _path(config), _settings_toml(settings), _path(data),
+    elif env is not None or control != "none":
+        raise InputError("env and control choose a preset; pass them with preset=, or set the "
+                         "data set with data= (its environment is read from the file)")
+    return _k.train(_path(out), _path(config), settings_toml, _path(data),
                     bool(resume), bool(progress), bool(quiet))
 
 
@@ -417,5 +505,7 @@ def evaluate(run, checkpoint=None, data=None, out=None, solver="dopri5", plots=T
     validation run, the diagnostics and figures, written to ``out`` (default RUN/report).
     Returns {"vpt" (per run), "vpt_mean", "vpt_std", "vpt_median", "epsilon", "mse" [R, N],
     "validation_runs", "mse_mean", "masses", "potential_r2", "files", "seconds", ...}."""
+    if out is not None and os.path.exists(out) and not os.path.isdir(out):
+        raise IoError(f"cannot write the report into '{os.fspath(out)}': it is not a folder")
     return _k.evaluate(_path(run), _path(checkpoint), _path(data), _path(out), solver,
-                       bool(plots), _threads(threads), device or "")
+                       bool(plots), _threads(threads), _device(device))

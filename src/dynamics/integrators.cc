@@ -102,6 +102,8 @@ Trajectory FixedStepRollout(const AccelerationFn& acc, const torch::Tensor& x0,
   torch::Tensor x = x0, v = xdot0;
   const int evals_per_step = EvaluationsPerStep(method);
   for (size_t i = 1; i < times.size(); ++i) {
+    // As Dormand–Prince below: Ctrl-C stops at the next output time (no effect without a guard).
+    if (InterruptRequested()) throw Interrupted("interrupted during the rollout");
     const double dt = (times[i] - times[i - 1]) / o.substeps;
     for (int s = 0; s < o.substeps; ++s) {
       PhaseState next = FixedStep(method, acc, x, v, dt);

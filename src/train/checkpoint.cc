@@ -1,7 +1,10 @@
 #include "keycld/train/checkpoint.h"
 
+#include <map>
+
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
+#include "keycld/util/text.h"
 
 namespace keycld {
 
@@ -132,6 +135,32 @@ std::string ReadCheckpointConfig(const std::filesystem::path& file) {
   return a.try_read("config", t) ? TensorString(t) : std::string();
 }
 
+// Loads the "model" archive into `model` and checks what LibTorch's loader does not: every
+// parameter and buffer keeps the shape the spec gives it (the loader replaces a tensor by the
+// stored one, whatever its shape) and holds finite values.
+static void LoadParameters(torch::serialize::InputArchive& archive, Model& model,
+                           const std::string& file) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (const auto& p : model->named_parameters())
+    shapes.emplace_back(p.key(), p.value().sizes().vec());
+  for (const auto& b : model->named_buffers())
+    shapes.emplace_back(b.key(), b.value().sizes().vec());
+  model->load(archive);
+  std::map<std::string, torch::Tensor> loaded;
+  for (const auto& p : model->named_parameters()) loaded[p.key()] = p.value();
+  for (const auto& b : model->named_buffers()) loaded[b.key()] = b.value();
+  for (const auto& [name, shape] : shapes) {
+    const torch::Tensor& t = loaded.at(name);
+    if (t.sizes().vec() != shape) {
+      throw FormatError("'" + file + "': parameter '" + name + "' has shape " + ShapeText(t) +
+                        ", but the model it describes needs " + c10::str(c10::IntArrayRef(shape)));
+    }
+    if (t.is_floating_point() && !torch::isfinite(t).all().item<bool>()) {
+      throw FormatError("'" + file + "': parameter '" + name + "' holds non-finite values");
+    }
+  }
+}
+
 Model LoadModel(const std::filesystem::path& file_or_run, const torch::Device& device) {
   const std::filesystem::path file = std::filesystem::is_directory(file_or_run)
                                          ? file_or_run / "checkpoints" / "last.pt"
@@ -142,7 +171,7 @@ Model LoadModel(const std::filesystem::path& file_or_run, const torch::Device& d
   torch::serialize::InputArchive m;
   if (!a.try_read("model", m)) throw FormatError("'" + file.string() + "' holds no model");
   try {
-    model->load(m);
+    LoadParameters(m, model, file.string());
   } catch (const c10::Error& e) {
     throw FormatError("'" + file.string() + "': model parameters do not match its spec");
   }
@@ -164,7 +193,7 @@ void LoadCheckpoint(const std::filesystem::path& file, Model& model,
   torch::serialize::InputArchive m;
   if (!a.try_read("model", m)) throw FormatError("'" + file.string() + "' holds no model");
   try {
-    model->load(m);
+    LoadParameters(m, model, file.string());
     if (optimizer) {
       torch::serialize::InputArchive o;
       if (!a.try_read("optimizer", o)) {

@@ -94,3 +94,25 @@ def test_bad_arguments_raise_one_line_errors(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing half-written
     with pytest.raises(OSError):  # IoError is an OSError
         keycld.dataset_info(tmp_path / "missing.h5")
+
+
+def test_numbers_keep_float64_and_actions_must_be_finite():
+    env = keycld.Environment("pendulum")
+    env.reset([0.1], [0.3])  # Python floats are float64, not rounded through float32
+    assert env.qpos.item() == 0.1 and env.qvel.item() == 0.3
+    for bad in (math.nan, math.inf, 1e11):
+        with pytest.raises(keycld.InputError, match="finite"):
+            env.step(u=[bad])
+    with pytest.raises(keycld.InputError):
+        env.keypoints(1)
+
+
+def test_generate_after_rendering_in_the_same_process(tmp_path):
+    # Generation forks render workers; from a process whose OpenGL state exists (a render
+    # before), a fork could hang in Mesa. keycld.generate runs in a fresh process instead.
+    env = keycld.Environment("pendulum")
+    env.render(16)
+    result = keycld.generate(runs=2, frames=3, size=16, seed=1, workers=1, out=tmp_path)
+    assert keycld.dataset_info(result["path"])["runs"] == 2
+    with pytest.raises(keycld.InputError, match="--runs"):  # errors cross the process boundary
+        keycld.generate(runs=0, out=tmp_path)

@@ -296,3 +296,25 @@ def test_ctrl_c_stops_training_saves_and_raises_keyboard_interrupt(tiny, tmp_pat
     assert steps >= 5  # at least the first epoch, saved at the interruption
     more = keycld.train(out, resume=True, settings={"train": {"max_steps": steps + 2}})
     assert more["steps"] == steps + 2
+
+
+def test_arguments_that_would_be_ignored_or_injected_are_refused(run, tiny, tmp_path):
+    with pytest.raises(keycld.InputError, match="not a section or key"):
+        keycld.train(tmp_path / "r", config=tiny["config"], data=tiny["data"],
+                     settings={"train": {"seed = 5\n[model]\nhidden": 16}})
+    with pytest.raises(keycld.InputError, match="preset"):
+        keycld.train(tmp_path / "r", config=tiny["config"], env="cartpole")
+    with pytest.raises(keycld.InputError, match="action"):
+        run.predict(run=0, action=[5.0])
+    with pytest.raises(keycld.InputError, match="exactly one"):
+        run.rollout([0.3, 0.4], [0.0, 0.0], times=[0.0, 0.02], frames=10)
+    with pytest.raises(keycld.InputError, match=r"\(0, 1\]"):
+        run.rollout([0.3, 0.4], [0.0, 0.0], frames=3, rtol=math.inf, atol=math.inf)
+    with pytest.raises(keycld.InputError, match="device"):
+        keycld.load_run(tiny["run"], device="meta")
+    with torch.inference_mode(), pytest.raises(keycld.InputError, match="no_grad"):
+        run.rollout([0.3, 0.4], [0.0, 0.0], frames=3)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    with pytest.raises(keycld.IoError, match="not a folder"):
+        keycld.evaluate(tiny["run"], out=afile)
