@@ -1,0 +1,360 @@
+"""The KeyCLD training step written plainly in Python PyTorch, for measuring keycld against it.
+
+One step on one sequence, as keycld's (docs/method.md §3–§6, bench/train_bench.cc): the keypoint
+estimator with per-frame dihedral augmentation, the spatial softmax, the dynamics loss (central
+differences projected on the constraints, P = 4 explicit Euler steps of the constrained
+Lagrangian from every start), the renderer, the heatmap BCE, backward, element-wise gradient
+clipping at 5 and Adam with the perception (3e-4) and dynamics (6e-5) groups. Nothing is
+tuned: modules from torch.nn, the obvious tensor code.
+
+    /usr/bin/python3 bench/python_step.py                      # both settings, this step alone
+    /usr/bin/python3 bench/python_step.py --compare build/train_bench   # and keycld's, the ratio
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_step.py --check RUN   # same loss?
+
+--compare runs keycld's train_bench for the same settings after the Python timing (never at the
+same time) and prints the medians and the ratio. --check loads a keycld run's parameters into
+this model and compares the loss terms and every parameter gradient with keycld's on the run's
+first training sequence (tests/python/test_python_step.py does this on a tiny run).
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+GROUPS = 8  # GroupNorm groups of every block
+NORM_EPS2 = 1e-12  # added to squared norms in the constraints (regularised norm)
+
+
+class Block(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+        self.norm = nn.GroupNorm(GROUPS, cout)
+
+    def forward(self, x):
+        return F.relu(self.norm(self.conv(x)))
+
+
+class UNet(nn.Module):
+    def __init__(self, cin, h):
+        super().__init__()
+        self.block1 = Block(cin, h)
+        self.block2 = Block(h, 2 * h)
+        self.block3 = Block(2 * h, 4 * h)
+        self.block4 = Block(4 * h + 2 * h, 2 * h)
+        self.block5 = Block(2 * h + h, h)
+
+    def forward(self, x):
+        a1 = self.block1(x)
+        a2 = self.block2(F.max_pool2d(a1, 2))
+        a3 = self.block3(F.max_pool2d(a2, 2))
+        a4 = self.block4(torch.cat([F.interpolate(a3, scale_factor=2, mode="nearest"), a2], 1))
+        return self.block5(torch.cat([F.interpolate(a4, scale_factor=2, mode="nearest"), a1], 1))
+
+
+class Estimator(nn.Module):
+    def __init__(self, k, h):
+        super().__init__()
+        self.trunk = UNet(3, h)
+        self.head = nn.Conv2d(h, k, 3, padding=1)
+
+    def forward(self, images):
+        return self.head(self.trunk(images))
+
+
+def grid(size, like):
+    xs = torch.linspace(-1, 1, size, dtype=like.dtype)
+    ys = torch.linspace(1, -1, size, dtype=like.dtype)
+    return xs.view(1, size).expand(size, size), ys.view(size, 1).expand(size, size)
+
+
+def gaussian_maps(keypoints, size, sigma):
+    gx, gy = grid(size, keypoints)
+    x = keypoints[..., 0, None, None]
+    y = keypoints[..., 1, None, None]
+    return torch.exp(-((gx - x) ** 2 + (gy - y) ** 2) / (2 * sigma**2))
+
+
+class Renderer(nn.Module):
+    def __init__(self, k, h, size, sigma):
+        super().__init__()
+        self.seed = nn.Parameter(torch.randn(h - k, size, size))
+        self.trunk = UNet(h, h)
+        self.head = nn.Conv2d(h, 3, 3, padding=1)
+        self.size, self.sigma = size, sigma
+
+    def forward(self, keypoints):
+        maps = gaussian_maps(keypoints, self.size, self.sigma)
+        seed = self.seed.unsqueeze(0).expand(keypoints.shape[0], -1, -1, -1)
+        return torch.sigmoid(self.head(self.trunk(torch.cat([seed, maps], 1))))
+
+
+class Mlp(nn.Module):
+    def __init__(self, cin, h, cout):
+        super().__init__()
+        self.linear1, self.linear2, self.linear3 = nn.Linear(cin, h), nn.Linear(h, h), nn.Linear(h, cout)
+        for layer in (self.linear1, self.linear2, self.linear3):
+            nn.init.normal_(layer.weight, std=0.01)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, x):
+        return self.linear3(F.celu(self.linear2(F.celu(self.linear1(x)))))
+
+
+class Wrapped(nn.Module):  # keycld's checkpoint names: potential.mlp.*, input_matrix.mlp.*
+    def __init__(self, mlp):
+        super().__init__()
+        self.mlp = mlp
+
+
+class Mass(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.m = nn.Parameter(torch.ones(k))
+
+
+# The holonomic constraints (docs/method.md §4) as (kind, a, b, value); norms regularised.
+CONSTRAINTS = {
+    "pendulum": [("origin", 0, None, 0.5)],
+    "cartpole": [("coordinate", 1, None, 0.0), ("distance", 0, 1, 0.5)],
+    "acrobot": [("origin", 0, None, 0.3), ("distance", 0, 1, 0.3)],
+}
+
+
+def jacobian_and_curvature(env, x, v):
+    """D [B, C, 2K] and h = ẋᵀ∇²Φẋ [B, C] of the system's constraints."""
+    rows, curv = [], []
+    for kind, a, b, _ in CONSTRAINTS[env]:
+        if kind == "coordinate":
+            row = torch.zeros_like(x)
+            row[:, a] = 1.0
+            curv.append(torch.zeros(x.shape[0], dtype=x.dtype))
+        else:
+            p = x[:, 2 * a:2 * a + 2] - (x[:, 2 * b:2 * b + 2] if b is not None else 0)
+            w = v[:, 2 * a:2 * a + 2] - (v[:, 2 * b:2 * b + 2] if b is not None else 0)
+            r = torch.sqrt((p * p).sum(1) + NORM_EPS2)
+            g = p / r.unsqueeze(1)
+            parts = [torch.zeros_like(x[:, :2])] * (x.shape[1] // 2)
+            parts[a] = g
+            if b is not None:
+                parts[b] = -g
+            row = torch.cat(parts, 1)
+            curv.append((w * w).sum(1) / r - (p * w).sum(1) ** 2 / r**3)
+        rows.append(row)
+    return torch.stack(rows, 1), torch.stack(curv, 1)
+
+
+class KeyCLD(nn.Module):
+    def __init__(self, env, k, a, h, size, sigma=0.1, dt=0.02):
+        super().__init__()
+        self.estimator = Estimator(k, h)
+        self.renderer = Renderer(k, h, size, sigma)
+        self.potential = Wrapped(Mlp(2 * k, h, 1))
+        self.input_matrix = Wrapped(Mlp(2 * k, h, 2 * k * a))
+        self.mass = Mass(k)
+        self.env, self.k, self.a, self.size, self.sigma, self.dt = env, k, a, size, sigma, dt
+        self.eps = max(1e-10, 10 * torch.finfo(torch.float32).eps)  # Tikhonov regularisation
+
+    def encode(self, images, ids):
+        if ids is None:
+            logits = self.estimator(images)
+        else:  # per-frame dihedral transform before the network, its inverse after
+            t_images = torch.stack([dihedral(images[i], int(t)) for i, t in enumerate(ids)])
+            t_logits = self.estimator(t_images)
+            logits = torch.stack([dihedral_inverse(t_logits[i], int(t)) for i, t in enumerate(ids)])
+        p = torch.softmax(logits.flatten(2), -1).view_as(logits)
+        gx, gy = grid(self.size, p)
+        keypoints = torch.stack([(p * gx).sum((2, 3)), (p * gy).sum((2, 3))], -1)
+        return p, keypoints
+
+    def acceleration(self, x, v, u):
+        xg = x if x.requires_grad else x.detach().requires_grad_(True)
+        grad_v = torch.autograd.grad(self.potential.mlp(xg).sum(), xg, create_graph=True)[0]
+        b = self.input_matrix.mlp(x).view(x.shape[0], 2 * self.k, self.a)
+        f = -grad_v + (b @ u.view(1, self.a, 1)).squeeze(-1)
+        inv_mass = (self.mass.m**2).repeat_interleave(2).reciprocal()
+        d, h = jacobian_and_curvature(self.env, x, v)
+        dm = d * inv_mass
+        lhs = dm @ d.transpose(1, 2) + self.eps * inv_mass.mean().detach() * torch.eye(d.shape[1])
+        lam = torch.linalg.solve(lhs, dm @ f.unsqueeze(-1) + h.unsqueeze(-1))  # [B, C, 1]
+        return inv_mass * (f - (d.transpose(1, 2) @ lam).squeeze(-1))
+
+    def project(self, x, v):
+        d, _ = jacobian_and_curvature(self.env, x, v)
+        lhs = d @ d.transpose(1, 2) + self.eps * torch.eye(d.shape[1])
+        mu = torch.linalg.solve(lhs, d @ v.unsqueeze(-1))  # [B, C, 1]
+        return v - (d.transpose(1, 2) @ mu).squeeze(-1)
+
+    def loss(self, images, u, ids, horizon=4):
+        n = images.shape[0]
+        p, keypoints = self.encode(images, ids)
+        x = keypoints.reshape(n, 2 * self.k)
+        s = n - 1 - horizon
+        x0 = x[1:1 + s]
+        v0 = self.project(x0, (x[2:2 + s] - x[0:s]) / (2 * self.dt))
+        predicted, target, xs, vs = [x0], [x0], x0, v0
+        for j in range(1, horizon + 1):  # explicit Euler, one step per frame
+            xs, vs = xs + self.dt * vs, vs + self.dt * self.acceleration(xs, vs, u)
+            predicted.append(xs)
+            target.append(x[1 + j:1 + j + s])
+        l_dyn = (torch.stack(predicted, 1) - torch.stack(target, 1)).square().sum()
+        rendered = self.renderer(keypoints)
+        l_rec = (images - rendered).square().sum() / n
+        normalized = p / p.amax((2, 3), keepdim=True)
+        y = gaussian_maps(keypoints.detach(), self.size, self.sigma)
+        l_bce = -(y * torch.log(normalized + 1e-4) + (1 - y) * torch.log(1 - normalized + 1e-4)).mean()
+        return {"total": l_rec + l_dyn + l_bce, "reconstruction": l_rec, "dynamics": l_dyn,
+                "heatmap": l_bce}
+
+    def perception_parameters(self):
+        return list(self.estimator.parameters()) + list(self.renderer.parameters())
+
+    def dynamics_parameters(self):
+        return (list(self.potential.parameters()) + list(self.input_matrix.parameters()) +
+                list(self.mass.parameters()))
+
+
+def dihedral(img, t):  # mirror left↔right if t ≥ 4, then rotate counterclockwise (t mod 4)·90°
+    out = torch.flip(img, [-1]) if t >= 4 else img
+    return torch.rot90(out, t % 4, [-2, -1])
+
+
+def dihedral_inverse(img, t):
+    return dihedral(img, t if t >= 4 else (4 - t) % 4)
+
+
+SETTINGS = {"paper": (64, 32), "cpu-quick": (32, 16)}  # image size, h
+
+
+def time_python_step(size, hidden, frames, env, repeats):
+    torch.manual_seed(0)
+    k = 1 if env == "pendulum" else 2
+    a = 1 if env == "pendulum" else 2
+    model = KeyCLD(env, k, a, hidden, size)
+    adam = torch.optim.Adam([{"params": model.perception_parameters(), "lr": 3e-4},
+                             {"params": model.dynamics_parameters(), "lr": 6e-5}])
+    images = torch.rand(frames, 3, size, size)
+    u = torch.zeros(a)
+    ids = torch.randint(0, 8, (frames,))
+
+    def step():
+        loss = model.loss(images, u, ids)["total"]
+        adam.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.clamp_(-5, 5)
+        adam.step()
+
+    step()  # warm-up
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def time_keycld_step(bench, size, hidden, frames, threads, repeats):
+    """keycld's BM_TrainStep at the same setting (fp32, keycld model), median of repetitions."""
+    name = f"BM_TrainStep/{size}/{hidden}/{frames}/0/{threads}/0/0/"
+    out = subprocess.run([bench, f"--benchmark_filter=^{name}", "--benchmark_format=json",
+                          f"--benchmark_repetitions={repeats}", "--benchmark_min_time=0.5"],
+                         capture_output=True, text=True, check=True).stdout
+    runs = [b for b in json.loads(out)["benchmarks"] if b.get("run_type") == "iteration"]
+    if not runs:
+        sys.exit(f"python_step: {bench} has no benchmark {name}")
+    return [b["real_time"] * {"s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[b["time_unit"]]
+            for b in runs]
+
+
+def check_against(run_dir):
+    """Loss terms and gradients of this model against keycld's, same parameters and sequence."""
+    import h5py  # noqa: PLC0415
+    import keycld  # noqa: PLC0415
+
+    run = keycld.load_run(run_dir, threads=torch.get_num_threads())
+    spec = run.spec
+    model = KeyCLD(spec["env"], spec["num_keypoints"], spec["action_dim"], spec["hidden"],
+                   spec["image_size"], spec["sigma"], spec["dt"])
+    theirs = run.named_parameters()
+    ours = dict(model.named_parameters())
+    if set(ours) != set(theirs):
+        sys.exit(f"python_step: parameter names differ: {sorted(set(ours) ^ set(theirs))}")
+    with torch.no_grad():
+        for name, p in ours.items():
+            p.copy_(theirs[name])
+    with h5py.File(run.data_file, "r") as f:
+        r = int(f["split/train"][0])
+        images = torch.from_numpy(f["images"][r]).permute(0, 3, 1, 2).float() / 255
+        u = torch.from_numpy(f["action"][r, 0]).float()
+    ids = torch.arange(images.shape[0]) % 8
+    mine = model.loss(images, u, ids)
+    mine["total"].backward()
+    reference = run.sequence_loss(images, u, ids)
+    reference["total"].backward()
+    worst = 0.0
+    for term in ("reconstruction", "dynamics", "heatmap", "total"):
+        a, b = mine[term].item(), reference[term].item()
+        rel = abs(a - b) / max(abs(b), 1e-30)
+        worst = max(worst, rel)
+        print(f"{term:15s} python {a:.9g}  keycld {b:.9g}  relative difference {rel:.2e}")
+    # The whole gradient, and each parameter's whose gradient is not negligible (≥ 1e-4 of the
+    # whole): some are zero in exact arithmetic (the convolution bias of a block whose GroupNorm
+    # groups are single channels) and hold float noise of 1e-7 in both.
+    names = [n for n in ours if theirs[n].grad is not None]
+    missing = [n for n in names if ours[n].grad is None]
+    if missing:
+        sys.exit(f"python_step: no gradient here for {missing}, keycld has them")
+    total = torch.sqrt(sum(theirs[n].grad.square().sum() for n in names)).item()
+    diff = torch.sqrt(sum((ours[n].grad - theirs[n].grad).square().sum() for n in names)).item()
+    grad_rel, worst_name = diff / total, "all parameters"
+    for n in names:
+        norm = theirs[n].grad.norm().item()
+        if norm >= 1e-4 * total:
+            rel = (ours[n].grad - theirs[n].grad).norm().item() / norm
+            if rel > grad_rel:
+                grad_rel, worst_name = rel, n
+    print(f"gradient: whole {diff / total:.2e}, largest relative difference {grad_rel:.2e} "
+          f"({worst_name})")
+    return worst, grad_rel
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", default="paper,cpu-quick")
+    parser.add_argument("--frames", type=int, default=50)
+    parser.add_argument("--env", default="pendulum", choices=sorted(CONSTRAINTS))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compare", metavar="TRAIN_BENCH", help="keycld's build/train_bench")
+    parser.add_argument("--check", metavar="RUN", help="compare with keycld's loss on a run")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.check:
+        worst, grad = check_against(args.check)
+        sys.exit(0 if worst < 1e-6 and grad < 1e-5 else 1)
+    print(f"torch {torch.__version__}, {args.threads} threads, {args.frames} frames, {args.env}, "
+          f"medians of {args.repeats} steps")
+    for name in args.settings.split(","):
+        size, hidden = SETTINGS[name]
+        py = statistics.median(time_python_step(size, hidden, args.frames, args.env, args.repeats))
+        line = f"{name:10s} {size}px h={hidden}: python {py:.3f} s/step"
+        if args.compare:
+            if args.env != "pendulum":
+                sys.exit("python_step: --compare times keycld's pendulum step only")
+            cpp = statistics.median(time_keycld_step(args.compare, size, hidden, args.frames,
+                                                     args.threads, args.repeats))
+            line += f", keycld {cpp:.3f} s/step, keycld is {py / cpp:.2f}x faster"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
