@@ -313,8 +313,10 @@ class PyRun {
 
   torch::Tensor Action(const std::optional<torch::Tensor>& u, int64_t batch) {
     const int64_t A = run_.model->spec().action_dim;
-    if (!u || !u->defined())
-      return torch::zeros({A}, State(torch::zeros({width()}), "x").options());
+    if (!u || !u->defined()) {
+      return torch::zeros(
+          {A}, torch::TensorOptions().device(run_.model->device()).dtype(DynamicsDtype()));
+    }
     if (!u->is_floating_point()) throw InputError("u must be a floating-point tensor");
     if (!((u->dim() == 1 && u->size(0) == A) ||
           (u->dim() == 2 && u->size(0) == batch && u->size(1) == A))) {

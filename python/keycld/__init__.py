@@ -253,6 +253,9 @@ class Run:
     def __init__(self, path, checkpoint=None, data=None, device=None, threads=None):
         self._run = _k.Run(_path(path), _path(checkpoint), _path(data), _device(device),
                            _threads(threads))
+        tolerances = self.config.get("eval", {})  # the run's Dormand–Prince defaults
+        self._rtol = tolerances.get("rtol", 1.4e-8)
+        self._atol = tolerances.get("atol", 1.4e-8)
 
     def __repr__(self):
         return f"keycld.Run({str(self.run_dir)!r}: {self.description}, {self.train_steps} steps)"
@@ -333,9 +336,8 @@ class Run:
             times = [float(t) for t in _tensor(times, "times", torch.float64).flatten().tolist()]
         except (TypeError, ValueError) as e:
             raise InputError(f"times must be a sequence of seconds: {e}") from None
-        cfg = self.config.get("eval", {})
-        rtol = cfg.get("rtol", 1.4e-8) if rtol is None else rtol
-        atol = cfg.get("atol", 1.4e-8) if atol is None else atol
+        rtol = self._rtol if rtol is None else rtol
+        atol = self._atol if atol is None else atol
         x0, xdot0 = _numbers(x0, "x0"), _numbers(xdot0, "xdot0")
         if project:
             xdot0 = self.project_velocity(x0, xdot0)
