@@ -1,6 +1,7 @@
 // keycld benchmark: the paper's table of valid prediction times (docs/method.md §8, §9).
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "commands.h"
@@ -14,7 +15,8 @@ struct BenchmarkArgs {
   std::vector<std::string> envs = Names<EnvName>();
   std::vector<std::string> controls = Names<ControlMode>();
   std::vector<std::string> models = ModelVariantNames();
-  std::string preset = "cpu-quick", out, device, integrator;
+  std::string preset = "cpu-quick", out, device, integrator, shard;
+  bool collect = false;
   int seeds = 1, epochs = 0, threads = 0;
 };
 
@@ -60,8 +62,17 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
   cmd->add_option("--integrator", a->integrator,
                   "Override the presets' loss integrator: euler (the paper's) | rk4 | verlet")
       ->check(CLI::IsMember(FixedStepIntegratorNames()));
+  auto* shard = cmd->add_option("--shard", a->shard,
+                                "I/N: run only the cells whose index is I modulo N (a job array "
+                                "of N shards filling one --out; no table, see --collect)");
+  cmd->add_flag("--collect", a->collect,
+                "Train nothing: write the table from the finished cells in --out, listing the "
+                "missing ones")
+      ->excludes(shard);
   return [a, global] {
     BenchmarkOptions o;
+    if (!a->shard.empty()) std::tie(o.shard_index, o.shard_count) = ParseShard(a->shard);
+    o.collect = a->collect;
     o.envs.clear();
     o.controls.clear();
     o.models.clear();
@@ -82,6 +93,15 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
                 (a->epochs > 0 ? " --epochs " + std::to_string(a->epochs) : "") +
                 (a->integrator.empty() ? "" : " --integrator " + a->integrator);
     BenchmarkResult r = RunBenchmark(o);
+    if (r.markdown.empty()) {
+      int failed = 0;
+      for (const auto& c : r.cells) failed += c.failed;
+      std::printf(
+          "shard %d/%d: %zu cell(s) done (%d failed) in %.1f s; write the table with "
+          "the same options and --collect instead of --shard\n",
+          o.shard_index, o.shard_count, r.cells.size(), failed, r.seconds);
+      return 0;
+    }
     std::printf("\n");
     std::FILE* md = std::fopen(r.markdown.c_str(), "r");
     if (md) {

@@ -8,6 +8,7 @@
 #include "keycld/eval/evaluate.h"
 #include "keycld/eval/predict.h"
 #include "keycld/eval/report.h"
+#include "keycld/train/distributed.h"
 #include "keycld/train/trainer.h"
 #include "keycld/util/error.h"
 
@@ -15,7 +16,7 @@ namespace keycld::cli {
 
 namespace {
 
-void PrintTrainSummary(const TrainSummary& r) {
+void PrintTrainSummary(const TrainSummary& r, int batch_sequences = 1) {
   if (r.steps_this_call == 0) {
     std::printf(
         "the run is already complete at step %lld (raise --epochs or --steps to "
@@ -23,9 +24,14 @@ void PrintTrainSummary(const TrainSummary& r) {
         static_cast<long long>(r.steps), r.checkpoint.c_str());
     return;
   }
-  std::printf("trained %lld steps (%lld epochs) in %.1f s, %.3f s/step; ",
+  std::printf("trained %lld steps (%lld epochs) in %.1f s, %.3f s/step",
               static_cast<long long>(r.steps), static_cast<long long>(r.epochs_completed),
               r.seconds, r.seconds_per_step);
+  if (batch_sequences > 1 && r.seconds_per_step > 0) {
+    std::printf(" (%d sequences per step, %.2f sequences/s)", batch_sequences,
+                batch_sequences / r.seconds_per_step);
+  }
+  std::printf("; ");
   if (r.val_vpt_mean >= 0) {
     std::printf("validation VPT mean %.2f, median %.1f frames (%d runs); ", r.val_vpt_mean,
                 r.val_vpt_median, r.val_runs);
@@ -54,14 +60,25 @@ void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::pat
 }
 
 struct TrainArgs {
-  std::string data, out, config, device, model, precision, integrator;
-  std::optional<int> epochs, hidden, threads;
+  std::string data, out, config, device, model, precision, integrator, dist_init;
+  std::string dist_backend = "gloo";
+  double dist_timeout = 900;
+  std::optional<int> epochs, hidden, threads, batch_sequences, nproc;
   std::optional<double> lr, integrator_warmup;
   std::optional<int64_t> steps, seed;
   bool resume = false;
 };
 
 }  // namespace
+
+// The process group the launcher's environment describes (torchrun, srun, --nproc), or null.
+std::shared_ptr<Communicator> JoinProcessGroup(const TrainArgs& a) {
+  std::optional<DistributedOptions> d = DistributedFromEnvironment(a.dist_init);
+  if (!d) return nullptr;
+  d->backend = a.dist_backend;
+  d->timeout_seconds = a.dist_timeout;
+  return Communicator::Connect(*d);
+}
 
 Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
   auto a = std::make_shared<TrainArgs>();
@@ -93,7 +110,27 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
                   "Epochs trained with the warm-up integrator before --integrator (0 = none)")
       ->check(FiniteRange(0, 1e6));
   cmd->add_flag("--resume", a->resume, "Continue the run in --out from its last checkpoint");
-  return [a] {
+  cmd->add_option("--batch-sequences", a->batch_sequences,
+                  "Sequences per optimizer step, over all ranks (default: the config's, at least "
+                  "one per rank)")
+      ->check(FiniteRange(1, 4096));
+  cmd->add_option("--nproc", a->nproc,
+                  "Train data-parallel on N local ranks (Gloo; docs/distributed.md)")
+      ->check(FiniteRange(2, 256));
+  cmd->add_option("--dist-init", a->dist_init,
+                  "Rendezvous of a distributed run: tcp://HOST:PORT | file:///PATH (default "
+                  "tcp://$MASTER_ADDR:$MASTER_PORT; ranks from RANK/WORLD_SIZE or Slurm)");
+  cmd->add_option("--dist-backend", a->dist_backend, "gloo | nccl (NCCL needs a CUDA LibTorch)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
+  cmd->add_option("--dist-timeout", a->dist_timeout,
+                  "Seconds a rank waits for the others before it stops with an error")
+      ->check(FiniteRange(1, 604800))
+      ->capture_default_str();
+  return [a, global] {
+    if (a->nproc) {
+      return RunLocalRanks(*a->nproc, global->argv, !a->dist_init.empty(), bool(a->threads));
+    }
     TrainOptions t;
     t.run_dir = a->out;
     t.resume = a->resume;
@@ -105,6 +142,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
       t.config = TrainConfig::FromToml(saved);
       if (!a->config.empty() || a->hidden || a->seed || !a->model.empty() ||
           !a->integrator.empty() || a->integrator_warmup ||
+          (a->batch_sequences && *a->batch_sequences != t.config.batch_sequences) ||
           (!a->data.empty() &&
            !(std::filesystem::exists(a->data) && std::filesystem::exists(t.config.DataFile()) &&
              std::filesystem::equivalent(a->data, t.config.DataFile())))) {
@@ -122,6 +160,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
       if (!a->model.empty()) t.config.model = FindModelVariant(a->model).name;
       if (!a->integrator.empty()) t.config.integrator = a->integrator;
       if (a->integrator_warmup) t.config.integrator_warmup_epochs = *a->integrator_warmup;
+      if (a->batch_sequences) t.config.batch_sequences = *a->batch_sequences;
     }
     if (a->epochs) t.config.epochs = *a->epochs;
     if (a->steps) t.config.max_steps = *a->steps;
@@ -129,7 +168,20 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
     if (a->threads) t.config.threads = *a->threads;
     if (!a->device.empty()) t.config.device = a->device;
     if (!a->precision.empty()) t.config.precision = a->precision;
-    PrintTrainSummary(Train(t));
+    t.communicator = JoinProcessGroup(*a);
+    const int world = t.communicator ? t.communicator->world_size() : 1;
+    const bool leader = !t.communicator || t.communicator->rank() == 0;
+    if (world > 1 && !a->resume && !a->batch_sequences && t.config.batch_sequences % world != 0) {
+      // Without --batch-sequences: the config's batch, raised to a multiple of the world size.
+      const int b = (t.config.batch_sequences + world - 1) / world * world;
+      if (leader) {
+        std::printf("batch_sequences %d → %d: at least one sequence per rank on %d ranks\n",
+                    t.config.batch_sequences, b, world);
+      }
+      t.config.batch_sequences = b;
+    }
+    const TrainSummary summary = Train(t);
+    if (leader) PrintTrainSummary(summary, t.config.batch_sequences);
     return 0;
   };
 }

@@ -11,13 +11,23 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace keycld::cli {
 
 /// Options every subcommand may read (set before the runner is called).
 struct GlobalOptions {
-  std::string gl = "auto";  // --gl: auto | egl | osmesa
+  std::string gl = "auto";        // --gl: auto | egl | osmesa
+  std::vector<std::string> argv;  // the command line as given (keycld train --nproc reuses it)
 };
+
+/// keycld train --nproc N (launch.cc): runs `argv` without --nproc as N local ranks (RANK,
+/// WORLD_SIZE, LOCAL_RANK set; a FileStore rendezvous in a temporary folder unless
+/// `has_dist_init`; --threads cores/N unless `has_threads`), forwards Ctrl-C and SIGTERM to
+/// them, stops the others when one fails, and returns the first failing rank's exit code (0 when
+/// all succeed). Throws InputError (N outside [2, 256], or already inside a launcher), IoError.
+int RunLocalRanks(int n, const std::vector<std::string>& argv, bool has_dist_init,
+                  bool has_threads);
 
 using Runner = std::function<int()>;
 

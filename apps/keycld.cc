@@ -73,6 +73,7 @@ int Run(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough();  // --gl after the subcommand too
   auto global = std::make_shared<cli::GlobalOptions>();
+  global->argv.assign(argv, argv + argc);
   app.add_option("--gl", global->gl, "OpenGL backend for headless rendering")
       ->check(CLI::IsMember(Names<GlBackend>()))
       ->capture_default_str();

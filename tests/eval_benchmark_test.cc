@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -209,6 +210,69 @@ TEST(Benchmark, CommandWritesTheTableSkipsFinishedCellsAndResumes) {
 
 namespace keycld {
 namespace {
+
+TEST(Benchmark, ShardsCoverEveryCellOnceAndCollectWritesTheTable) {
+  for (int n = 1; n <= 5; ++n) {
+    for (int cell = 0; cell < 23; ++cell) {
+      int owners = 0;
+      for (int i = 0; i < n; ++i) owners += CellInShard(cell, i, n);
+      EXPECT_EQ(owners, 1) << "cell " << cell << " of " << n << " shards";
+    }
+  }
+  EXPECT_EQ(ParseShard("2/4"), std::make_pair(2, 4));
+  for (const char* bad : {"4/4", "1", "a/2", "-1/2", "1/0", "1/2/3", "/3", "0/"}) {
+    EXPECT_THROW(ParseShard(bad), InputError) << bad;
+  }
+  EXPECT_THROW(CellInShard(0, 3, 3), InputError);
+
+  testing::TempDir dir;
+  fs::create_directories(dir / "configs/tiny");
+  std::ofstream(dir / "configs/tiny/pendulum-none.toml")
+      << "[data]\nenv = \"pendulum\"\ncontrol = \"none\"\nsize = 16\nruns = 6\nframes = 8\n"
+         "[model]\nhidden = 8\n[train]\nepochs = 1\nthreads = 2\n"
+         "[eval]\nval_runs = 1\nrtol = 1e-6\natol = 1e-6\n";
+  const std::string args =
+      "benchmark --preset tiny --envs pendulum --controls none --models keycld,node2 --seeds 2";
+  const std::vector<std::string> cells = {"pendulum-none-keycld-seed0",
+                                          "pendulum-none-keycld-seed1", "pendulum-none-node2-seed0",
+                                          "pendulum-none-node2-seed1"};
+  const fs::path root = dir / "runs/benchmark-tiny";
+  std::string out;
+  ASSERT_EQ(testing::RunCli(args + " --shard 0/3", &out, dir.path()), 0) << out;
+  EXPECT_NE(out.find("shard 0/3: 2 cell(s) done"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root / "results.md"));  // shards write no table
+  // Collected early: the finished cells and the list of the others.
+  ASSERT_EQ(testing::RunCli(args + " --collect", &out, dir.path()), 0) << out;
+  EXPECT_NE(out.find("2 cell(s) not finished yet: pendulum-none-keycld-seed1, "
+                     "pendulum-none-node2-seed0"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find(": training ("), std::string::npos) << out;  // collect trains nothing
+  std::map<std::string, int> trained;
+  for (const char* shard : {"0/3", "1/3", "2/3"}) {
+    ASSERT_EQ(testing::RunCli(args + " --shard " + shard, &out, dir.path()), 0) << out;
+    for (const auto& c : cells) {
+      trained[c] += out.find(c + ": training") != std::string::npos;
+    }
+  }
+  // Shard 0's cells were done before: not trained again; every other cell trained once.
+  EXPECT_EQ(trained["pendulum-none-keycld-seed0"], 0);
+  EXPECT_EQ(trained["pendulum-none-node2-seed1"], 0);
+  EXPECT_EQ(trained["pendulum-none-keycld-seed1"], 1);
+  EXPECT_EQ(trained["pendulum-none-node2-seed0"], 1);
+  for (const auto& c : cells) EXPECT_TRUE(fs::exists(root / c / "result.json")) << c;
+  ASSERT_EQ(testing::RunCli(args + " --collect", &out, dir.path()), 0) << out;
+  auto csv = Lines(ReadText(root / "results.csv"));
+  ASSERT_EQ(csv.size(), 3u) << ReadText(root / "results.csv");
+  EXPECT_EQ(csv[1].rfind("pendulum,none,keycld,2,2,", 0), 0u) << csv[1];  // 2 seeds, 2 runs
+  EXPECT_EQ(csv[2].rfind("pendulum,none,node2,2,2,", 0), 0u) << csv[2];
+  EXPECT_EQ(ReadText(root / "results.md").find("not finished"), std::string::npos);
+  EXPECT_EQ(testing::RunCli(args + " --shard 3/3", &out, dir.path()), 1) << out;
+  EXPECT_EQ(testing::RunCli(args + " --shard 0/2 --collect", &out, dir.path()), 2) << out;
+  // Nothing finished in another folder: a clear error.
+  EXPECT_EQ(testing::RunCli(args + " --collect --out elsewhere", &out, dir.path()), 1) << out;
+  EXPECT_NE(out.find("no cell of this selection is finished"), std::string::npos) << out;
+}
 
 TEST(Benchmark, ValidationVptScoresDivergingRunsWithTheFallback) {
   testing::TempDir dir;

@@ -5,6 +5,7 @@
 
 #include "keycld/data/generate.h"
 #include "keycld/models/registry.h"
+#include "keycld/train/trainer.h"
 
 namespace keycld::testing {
 
@@ -35,6 +36,23 @@ inline std::filesystem::path TinyPendulumData(const std::filesystem::path& dir, 
   o.out_dir = dir;
   o.progress = false;
   return GenerateDataset(o).path;
+}
+
+/// Training options for a tiny run: h = 8, 2 epochs, 2 threads, one validation run at loose
+/// tolerances, no progress bar or per-epoch lines.
+inline TrainOptions TinyTrainOptions(const std::filesystem::path& data,
+                                     const std::filesystem::path& run) {
+  TrainOptions t;
+  t.config.data = data;
+  t.config.hidden = 8;
+  t.config.epochs = 2;
+  t.config.threads = 2;
+  t.config.val_runs = 1;
+  t.config.rtol = t.config.atol = 1e-6;
+  t.run_dir = run;
+  t.progress = false;
+  t.quiet = true;
+  return t;
 }
 
 }  // namespace keycld::testing

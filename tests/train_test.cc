@@ -37,17 +37,7 @@ std::filesystem::path TinyData(const std::filesystem::path& dir, int size = 16,
 }
 
 TrainOptions TinyRun(const std::filesystem::path& data, const std::filesystem::path& run) {
-  TrainOptions t;
-  t.config.data = data;
-  t.config.hidden = 8;
-  t.config.epochs = 2;
-  t.config.threads = 2;
-  t.config.val_runs = 1;
-  t.config.rtol = t.config.atol = 1e-6;
-  t.run_dir = run;
-  t.progress = false;
-  t.quiet = true;
-  return t;
+  return testing::TinyTrainOptions(data, run);
 }
 
 std::vector<torch::Tensor> Parameters(const std::filesystem::path& checkpoint) {

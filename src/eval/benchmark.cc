@@ -495,20 +495,28 @@ void ScoreCell(const BenchmarkOptions& options, const TrainConfig& cfg, const fs
   cell->eval_seconds = Seconds(eval_start);
 }
 
-// One cell (setting × model × seed): its cached result, or trained, scored and saved.
-BenchmarkCell RunCell(const BenchmarkOptions& options, const Setting& setting,
-                      const fs::path& data_file, const DatasetInfo& info, const std::string& model,
-                      int seed, const fs::path& out, const std::string& label) {
+// A cell of `setting` before any result, and its training config (*cfg).
+BenchmarkCell NewCell(const Setting& setting, const std::string& model, int seed,
+                      const fs::path& out, TrainConfig* cfg) {
   BenchmarkCell cell;
   cell.env = setting.env;
   cell.control = setting.control;
   cell.model = model;
   cell.seed = seed;
   cell.dir = out / CellName(setting.env, setting.control, model, seed);
-  TrainConfig cfg = setting.config;
-  cfg.model = model;
-  cfg.seed = uint64_t(seed);
-  cell.epochs = cfg.epochs;
+  *cfg = setting.config;
+  cfg->model = model;
+  cfg->seed = uint64_t(seed);
+  cell.epochs = cfg->epochs;
+  return cell;
+}
+
+// One cell (setting × model × seed): its cached result, or trained, scored and saved.
+BenchmarkCell RunCell(const BenchmarkOptions& options, const Setting& setting,
+                      const fs::path& data_file, const DatasetInfo& info, const std::string& model,
+                      int seed, const fs::path& out, const std::string& label) {
+  TrainConfig cfg;
+  BenchmarkCell cell = NewCell(setting, model, seed, out, &cfg);
   const fs::path result_file = cell.dir / "result.json";
   if (ReadCachedCell(result_file, cfg, data_file, &cell)) {
     if (!options.quiet) {
@@ -558,6 +566,32 @@ Dataset OpenSettingData(const BenchmarkOptions& options, const Setting& setting,
   return data;
 }
 
+// --collect: the finished cells of a setting (from result.json, nothing recomputed) and a note
+// naming the others. Advances *index past the setting's cells.
+void CollectSetting(const BenchmarkOptions& options, const Setting& setting, const fs::path& out,
+                    int* index, BenchmarkResult* result) {
+  const fs::path data_file = setting.config.DataFile();
+  std::vector<std::string> missing;
+  for (const std::string& model : options.models) {
+    for (int seed = 0; seed < options.seeds; ++seed) {
+      ++*index;
+      TrainConfig cfg;
+      BenchmarkCell cell = NewCell(setting, model, seed, out, &cfg);
+      if (ReadCachedCell(cell.dir / "result.json", cfg, data_file, &cell)) {
+        result->cells.push_back(cell);
+      } else {
+        missing.push_back(CellName(setting.env, setting.control, model, seed));
+      }
+    }
+  }
+  result->missing_cells += int(missing.size());
+  if (!missing.empty()) {
+    std::string names;
+    for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
+    result->notes.push_back(std::to_string(missing.size()) + " cell(s) not finished yet: " + names);
+  }
+}
+
 // Notes on failed cells and on runs scored with the fallback integrator.
 void AddCellNotes(BenchmarkResult* result) {
   for (const BenchmarkCell& c : result->cells) {
@@ -573,6 +607,31 @@ void AddCellNotes(BenchmarkResult* result) {
 }
 
 }  // namespace
+
+bool CellInShard(int index, int shard_index, int shard_count) {
+  if (shard_count < 1 || shard_index < 0 || shard_index >= shard_count) {
+    throw InputError("--shard " + std::to_string(shard_index) + "/" + std::to_string(shard_count) +
+                     ": expected I/N with 0 ≤ I < N");
+  }
+  return index % shard_count == shard_index;
+}
+
+std::pair<int, int> ParseShard(const std::string& text) {
+  const size_t slash = text.find('/');
+  auto number = [&](const std::string& part) -> int {
+    if (part.empty() || part.size() > 6 ||
+        part.find_first_not_of("0123456789") != std::string::npos) {
+      throw InputError("--shard '" + text + "': expected I/N with 0 ≤ I < N ≤ 100000, e.g. 0/4");
+    }
+    return std::stoi(part);
+  };
+  if (slash == std::string::npos) number("");
+  const int i = number(text.substr(0, slash)), n = number(text.substr(slash + 1));
+  if (n < 1 || n > 100000 || i >= n) {
+    throw InputError("--shard '" + text + "': expected I/N with 0 ≤ I < N ≤ 100000, e.g. 0/4");
+  }
+  return {i, n};
+}
 
 BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -593,20 +652,46 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
     if (!options.quiet) std::printf("%s\n", n.c_str());
   }
   const int total = int(settings.size() * options.models.size()) * options.seeds;
+  const bool sharded = options.shard_count > 1;
+  CellInShard(0, options.shard_index, options.shard_count);  // validates the shard
+  const int per_setting = int(options.models.size()) * options.seeds;
   int index = 0;
   for (const Setting& setting : settings) {
+    const int first = index;
+    bool any = false;
+    for (int k = 0; k < per_setting; ++k) {
+      any = any || CellInShard(first + k, options.shard_index, options.shard_count);
+    }
+    if (options.collect) {
+      CollectSetting(options, setting, out, &index, &result);
+      continue;
+    }
+    if (!any) {
+      index += per_setting;
+      continue;
+    }
     fs::path data_file;
     const Dataset data = OpenSettingData(options, setting, &data_file);
     for (const std::string& model : options.models) {
       for (int seed = 0; seed < options.seeds; ++seed) {
-        const std::string label = "[" + std::to_string(++index) + "/" + std::to_string(total) +
-                                  "] " + CellName(setting.env, setting.control, model, seed);
+        const int k = index++;
+        if (!CellInShard(k, options.shard_index, options.shard_count)) continue;
+        const std::string label = "[" + std::to_string(k + 1) + "/" + std::to_string(total) + "] " +
+                                  CellName(setting.env, setting.control, model, seed);
         result.cells.push_back(
             RunCell(options, setting, data_file, data.info(), model, seed, out, label));
       }
     }
   }
   AddCellNotes(&result);
+  if (sharded && !options.collect) {
+    result.seconds = Seconds(start);
+    return result;  // the table: keycld benchmark --collect, once the shards are done
+  }
+  if (options.collect && result.cells.empty()) {
+    throw InputError("--collect: no cell of this selection is finished in '" + out.string() +
+                     "' yet (" + std::to_string(result.missing_cells) + " to go)");
+  }
   result.rows = SummarizeCells(result.cells);
   result.csv = out / "results.csv";
   result.markdown = out / "results.md";

@@ -56,6 +56,7 @@ std::vector<Field> Fields(TrainConfig& c) {
       {"model", "model", &c.model},
       {"train", "epochs", &c.epochs},
       {"train", "max_steps", &c.max_steps},
+      {"train", "batch_sequences", &c.batch_sequences},
       {"train", "lr", &c.lr},
       {"train", "dynamics_lr_scale", &c.dynamics_lr_scale},
       {"train", "grad_clip", &c.grad_clip},
@@ -255,6 +256,9 @@ void TrainConfig::Validate() const {
         "integrator_warmup_epochs, w_dyn_warmup_epochs and augment_warmup_epochs must be finite "
         "and ≥ 0");
   }
+  if (batch_sequences < 1 || batch_sequences > 4096) {
+    fail("batch_sequences must be in [1, 4096], got " + std::to_string(batch_sequences));
+  }
   if (threads < 0 || threads > 256) fail("threads must be in [0, 256] (0 = all cores)");
   if (val_runs < 0 || val_runs > 1000000) fail("val_runs must be in [0, 1000000] (0 = all)");
   // Dormand–Prince tolerances: relative and absolute errors per step, meaningless above 1.
@@ -268,8 +272,12 @@ void TrainConfig::Validate() const {
   ParsePrecision(precision);
 }
 
-int64_t TrainConfig::TotalSteps(int64_t train_runs) const {
-  return max_steps > 0 ? max_steps : int64_t(epochs) * train_runs;
+int64_t TrainConfig::StepsPerEpoch(int64_t train_runs) const {
+  return train_runs / std::max(1, batch_sequences);
+}
+
+int64_t TrainConfig::TotalSteps(int64_t steps_per_epoch) const {
+  return max_steps > 0 ? max_steps : int64_t(epochs) * steps_per_epoch;
 }
 
 namespace {

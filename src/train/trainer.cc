@@ -19,6 +19,7 @@
 
 #include "keycld/data/dataset.h"
 #include "keycld/train/checkpoint.h"
+#include "keycld/train/distributed.h"
 #include "keycld/train/loss.h"
 #include "keycld/train/metrics.h"
 #include "keycld/train/trained_run.h"
@@ -139,30 +140,47 @@ namespace {
 class Trainer {
  public:
   explicit Trainer(const TrainOptions& options)
-      : options_(options), cfg_(options.config), device_(torch::kCPU) {}
+      : options_(options), cfg_(options.config), comm_(options.communicator), device_(torch::kCPU) {
+    if (comm_) {
+      rank_ = comm_->rank();
+      world_ = comm_->world_size();
+    }
+  }
 
   TrainSummary Run() {
     OpenRunFolder();
     OpenData();
     BuildModel();
     Restore();
+    if (world_ > 1) Handshake();
     RecordConfig();
     return Loop();
   }
 
  private:
+  // Rank 0 writes the run folder (config, checkpoints, metrics) and validates; every rank of a
+  // distributed run reads the data set and, on resume, the checkpoint.
+  bool Leader() const { return rank_ == 0; }
   // --out exists and is locked (one process per run folder: a second one would interleave
   // checkpoints and configs); it holds a run exactly when resuming.
   void OpenRunFolder() {
     cfg_.Validate();
     run_ = options_.run_dir;
     if (run_.empty()) throw InputError("--out must name a run folder");
+    checkpoints_ = run_ / "checkpoints";
+    last_ = checkpoints_ / "last.pt";
+    if (!Leader()) {
+      if (options_.resume && !fs::exists(last_)) {
+        throw InputError("rank " + std::to_string(rank_) + ": nothing to resume: '" +
+                         last_.string() + "' does not exist (the run folder must be on a file " +
+                         "system every rank sees)");
+      }
+      return;
+    }
     std::error_code ec;
     fs::create_directories(run_, ec);
     if (ec) throw IoError("cannot create run folder '" + run_.string() + "': " + ec.message());
     lock_ = std::make_unique<RunLock>(run_ / ".lock");
-    checkpoints_ = run_ / "checkpoints";
-    last_ = checkpoints_ / "last.pt";
     if (options_.resume && !fs::exists(last_)) {
       throw InputError("nothing to resume: '" + last_.string() + "' does not exist");
     }
@@ -199,13 +217,27 @@ class Trainer {
     }
     if (!val_runs_.empty()) LoadRuns(*data_, val_runs_, &val_images_, &val_actions_);
     R_ = train_images_.size(0);
+    B_ = cfg_.batch_sequences;
+    if (B_ > R_) {
+      throw InputError("batch_sequences = " + std::to_string(B_) + " is more than the " +
+                       std::to_string(R_) + " training runs of '" + file.string() + "'");
+    }
+    if (B_ % world_ != 0) {
+      throw InputError("batch_sequences = " + std::to_string(B_) + " cannot be shared by " +
+                       std::to_string(world_) + " ranks: it must be a multiple of the world size");
+    }
+    per_rank_ = B_ / world_;
+    steps_per_epoch_ = cfg_.StepsPerEpoch(R_);
   }
 
   // Threads, device, the seeded model and Adam with the perception and dynamics groups (§6).
   void BuildModel() {
     const DatasetInfo& info = data_->info();
     SetThreads(cfg_.threads);
-    device_ = ResolveDevice(cfg_.device);
+    // "cuda" on a machine with several ranks: each rank on its own GPU (LOCAL_RANK).
+    device_ = ResolveDevice(world_ > 1 && cfg_.device == "cuda"
+                                ? "cuda:" + std::to_string(comm_->local_rank())
+                                : cfg_.device);
     torch::manual_seed(cfg_.seed);
     ModelSpec spec;
     spec.env = info.env;
@@ -219,11 +251,19 @@ class Trainer {
     model_ = CreateModel(spec);
     model_->to(device_);
     model_->SetPrecision(ParsePrecision(cfg_.precision));
-    if (!options_.quiet) {
-      std::printf("%s %s%s on %s\n", options_.resume ? "resuming" : "training",
+    if (!options_.quiet && Leader()) {
+      std::string batch;
+      if (B_ > 1 || world_ > 1) {
+        batch = ", " + std::to_string(B_) + " sequences per step";
+        if (world_ > 1) {
+          batch += " (" + std::to_string(per_rank_) + " on each of " + std::to_string(world_) +
+                   " ranks, " + comm_->options().backend + ")";
+        }
+      }
+      std::printf("%s %s%s on %s%s\n", options_.resume ? "resuming" : "training",
                   DescribeModel(spec).c_str(),
                   model_->precision() == Precision::kBfloat16 ? " (bf16 convolutions)" : "",
-                  data_->path().c_str());
+                  data_->path().c_str(), batch.c_str());
       std::fflush(stdout);
     }
     std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -251,6 +291,16 @@ class Trainer {
     LoadCheckpoint(last_, model_, adam_.get(), &pos_);
     std::istringstream(pos_.rng_state) >> rng_;
     SetLearningRates(1.0);
+    if (!pos_.config_toml.empty()) {
+      TrainConfig saved;
+      saved.MergeToml(pos_.config_toml, last_.string());
+      if (saved.batch_sequences != cfg_.batch_sequences) {
+        throw InputError("'" + last_.string() + "' was trained with batch_sequences = " +
+                         std::to_string(saved.batch_sequences) + ", the config says " +
+                         std::to_string(cfg_.batch_sequences) +
+                         " (the batch is part of the run: start a new one to change it)");
+      }
+    }
     if (!pos_.order.empty() && int64_t(pos_.order.size()) != R_) {
       throw FormatError("'" + last_.string() + "' was trained on a data set with " +
                         std::to_string(pos_.order.size()) + " training runs, this one has " +
@@ -262,10 +312,11 @@ class Trainer {
   // explicit [data] file, the environment, control mode, size, runs, frames and seed come from
   // the file (keycld control reads the control mode from config.toml). Opens metrics.jsonl.
   void RecordConfig() {
-    fs::create_directories(checkpoints_);
     const TrainConfig recorded = RecordedConfig(cfg_, data_->info());
-    WriteTextAtomically(run_ / "config.toml", recorded.ToToml());
     pos_.config_toml = recorded.ToToml();
+    if (!Leader()) return;
+    fs::create_directories(checkpoints_);
+    WriteTextAtomically(run_ / "config.toml", recorded.ToToml());
     metrics_ =
         std::make_unique<MetricsWriter>(run_ / "metrics.jsonl", options_.resume ? pos_.step : -1);
   }
@@ -273,6 +324,7 @@ class Trainer {
   // The metrics go to disk before the checkpoint, so that every checkpoint's records are on
   // disk (a resume drops the records after the checkpoint, never the ones before it).
   void Save(const fs::path& file) {
+    if (!Leader()) return;
     metrics_->Flush();
     std::ostringstream s;
     s << rng_;
@@ -287,18 +339,18 @@ class Trainer {
     const int64_t first_step = pos_.step;
     saved_once_ = options_.resume;
     model_->train();
-    if (options_.resume) FinishEpochEnd();
+    if (options_.resume && Leader()) FinishEpochEnd();
     while (pos_.epoch < cfg_.epochs) {
       if (pos_.order.empty()) pos_.order = Shuffled(R_, rng_);
       ProgressBar bar("epoch " + std::to_string(pos_.epoch + 1) + "/" + std::to_string(cfg_.epochs),
-                      R_, "steps", options_.progress && ::isatty(2));
+                      steps_per_epoch_, "steps", options_.progress && Leader() && ::isatty(2));
       bool stopped = false;
-      while (pos_.step_in_epoch < R_) {
+      while (pos_.step_in_epoch < steps_per_epoch_) {
         if (cfg_.max_steps > 0 && pos_.step >= cfg_.max_steps) {
           stopped = true;
           break;
         }
-        const StepRecord r = Step();
+        const StepRecord r = DistributedStep();
         char suffix[96];
         std::snprintf(suffix, sizeof suffix, "loss %.4g (rec %.3g dyn %.3g bce %.3g)", r.loss,
                       r.rec, r.dyn, r.bce);
@@ -308,7 +360,9 @@ class Trainer {
       EndEpoch(bar);
     }
     if (pos_.step_in_epoch > 0 || !saved_once_) Save(last_);
-    metrics_->Flush();  // the records after the last save (none if it just saved)
+    if (metrics_) metrics_->Flush();  // the records after the last save (none if it just saved)
+    // The ranks end together, once rank 0's checkpoint is on disk.
+    if (world_ > 1) comm_->Barrier("the end of training");
     summary_.steps = pos_.step;
     summary_.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -319,47 +373,129 @@ class Trainer {
     return summary_;
   }
 
-  // One optimizer step on the next training run of the epoch's order (§6), recorded.
+  // Step, with the way back named when a collective fails (a rank gone, a timeout).
+  StepRecord DistributedStep() {
+    if (world_ == 1) return Step();
+    try {
+      return Step();
+    } catch (const IoError& e) {
+      throw IoError(std::string(e.what()) + "; " +
+                    (saved_once_ ? "the last checkpoint is kept: " + last_.string() +
+                                       " (continue with --resume once every rank can run)"
+                                 : std::string("no checkpoint was saved yet")));
+    }
+  }
+
+  // A flag raised on any rank, as every rank sees it (one collective when distributed).
+  bool AnyRank(bool flag, const char* what) {
+    if (world_ == 1) return flag;
+    torch::Tensor t =
+        torch::full({1}, flag ? 1.0f : 0.0f, torch::TensorOptions().device(comm_->device()));
+    comm_->AllReduceSum(t, what);
+    return t.item<float>() > 0;
+  }
+
+  // The gradients summed over the ranks, in place: one flat buffer per parameter dtype (the
+  // float64 dynamics parameters stay float64), plus `stats` (float64, summed too).
+  void AllReduceGradients(torch::Tensor& stats) {
+    std::vector<torch::Tensor> params = model_->parameters();
+    for (auto& p : params) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    }
+    std::vector<torch::ScalarType> dtypes;
+    for (auto& p : params) {
+      if (std::find(dtypes.begin(), dtypes.end(), p.scalar_type()) == dtypes.end()) {
+        dtypes.push_back(p.scalar_type());
+      }
+    }
+    for (torch::ScalarType dtype : dtypes) {
+      std::vector<torch::Tensor> grads;
+      for (auto& p : params) {
+        if (p.scalar_type() == dtype) grads.push_back(p.grad().reshape({-1}));
+      }
+      torch::Tensor flat = torch::cat(grads).to(comm_->device());
+      comm_->AllReduceSum(flat, "the gradient all-reduce");
+      flat = flat.to(params.front().device());
+      int64_t offset = 0;
+      for (auto& p : params) {
+        if (p.scalar_type() != dtype) continue;
+        const int64_t n = p.numel();
+        p.mutable_grad().copy_(flat.narrow(0, offset, n).view_as(p));
+        offset += n;
+      }
+    }
+    torch::Tensor s = stats.to(comm_->device());
+    comm_->AllReduceSum(s, "the loss all-reduce");
+    stats.copy_(s.cpu());
+  }
+
+  // One optimizer step (§6) on the next batch_sequences training runs of the epoch's order:
+  // this rank's share of them (per_rank_ runs), the gradient of their mean loss averaged over
+  // the ranks, then clipping and Adam on every rank alike; recorded by rank 0.
   StepRecord Step() {
-    if (InterruptRequested()) {
+    if (AnyRank(InterruptRequested(), "the step's start")) {
       Save(last_);
-      throw Interrupted("training interrupted at step " + std::to_string(pos_.step) + "; saved " +
-                        last_.string() + " (continue with --resume)");
+      throw Interrupted("training interrupted at step " + std::to_string(pos_.step) +
+                        (Leader() ? "; saved " + last_.string() + " (continue with --resume)"
+                                  : std::string(" (rank 0 saved the checkpoint)")));
     }
     const auto step_start = std::chrono::steady_clock::now();
-    const int64_t r = pos_.order[size_t(pos_.step_in_epoch)];
-    torch::Tensor images = ImagesToFloat(train_images_[r], device_);
-    torch::Tensor ids;
-    if (cfg_.AugmentAt(pos_.step, R_)) {
-      std::vector<int64_t> draws(size_t(data_->info().frames));
-      for (auto& d : draws) d = int64_t(rng_() % 8);
-      ids = torch::tensor(draws, torch::kInt64);
-    }
-    torch::Tensor u = train_actions_[r].to(device_);
     LossOptions lo;
     lo.horizon = cfg_.horizon;
     lo.w_rec = cfg_.w_rec;
     lo.w_bce = cfg_.w_bce;
     lo.max_acceleration = cfg_.max_acceleration;
-    lo.integrator = cfg_.IntegratorAt(pos_.step, R_);
-    lo.substeps = cfg_.SubstepsAt(pos_.step, R_);
-    lo.w_dyn = cfg_.WDynAt(pos_.step, R_);
-    LossTerms loss;
-    try {
-      loss = SequenceLoss(model_, images, u, ids, lo);
-    } catch (const c10::Error& e) {
-      // LibTorch's own checks on non-finite values (e.g. a singular solve of the constraint
-      // forces once the masses overflow) are the same failure as a non-finite loss.
-      throw NumericalError(Diverged(std::string(e.what_without_backtrace()).substr(0, 120)));
-    }
-    const double total = loss.total.item<double>();
-    if (!std::isfinite(total)) throw NumericalError(Diverged("non-finite loss"));
+    lo.integrator = cfg_.IntegratorAt(pos_.step, steps_per_epoch_);
+    lo.substeps = cfg_.SubstepsAt(pos_.step, steps_per_epoch_);
+    lo.w_dyn = cfg_.WDynAt(pos_.step, steps_per_epoch_);
+    const bool augment = cfg_.AugmentAt(pos_.step, steps_per_epoch_);
     adam_->zero_grad();
-    loss.total.backward();
+    // total, reconstruction, dynamics, heatmap summed over this rank's runs; failures.
+    double sums[4] = {0, 0, 0, 0};
+    std::string failure;
+    for (int64_t j = 0; j < B_; ++j) {
+      // Every rank draws the augmentation of every run of the step, so that the random stream
+      // (and with it the checkpoint) is the same on all of them.
+      torch::Tensor ids;
+      if (augment) {
+        std::vector<int64_t> draws(size_t(data_->info().frames));
+        for (auto& d : draws) d = int64_t(rng_() % 8);
+        ids = torch::tensor(draws, torch::kInt64);
+      }
+      if (j / per_rank_ != rank_ || !failure.empty()) continue;
+      const int64_t r = pos_.order[size_t(pos_.step_in_epoch * B_ + j)];
+      torch::Tensor images = ImagesToFloat(train_images_[r], device_);
+      torch::Tensor u = train_actions_[r].to(device_);
+      try {
+        LossTerms loss = SequenceLoss(model_, images, u, ids, lo);
+        const double total = loss.total.item<double>();
+        if (!std::isfinite(total)) {
+          failure = "non-finite loss";
+          continue;
+        }
+        (B_ == 1 ? loss.total : loss.total / double(B_)).backward();
+        sums[0] += total;
+        sums[1] += loss.reconstruction.item<double>();
+        sums[2] += loss.dynamics.item<double>();
+        sums[3] += loss.heatmap.item<double>();
+      } catch (const c10::Error& e) {
+        // LibTorch's own checks on non-finite values (e.g. a singular solve of the constraint
+        // forces once the masses overflow) are the same failure as a non-finite loss.
+        failure = std::string(e.what_without_backtrace()).substr(0, 120);
+      }
+    }
+    if (world_ > 1) {
+      torch::Tensor stats = torch::tensor(
+          {sums[0], sums[1], sums[2], sums[3], failure.empty() ? 0.0 : 1.0}, torch::kFloat64);
+      AllReduceGradients(stats);
+      for (int i = 0; i < 4; ++i) sums[i] = stats[i].item<double>();
+      if (failure.empty() && stats[4].item<double>() > 0) failure = "failure on another rank";
+    }
+    if (!failure.empty()) throw NumericalError(Diverged(failure));
     for (auto& p : model_->parameters()) {
       if (p.grad().defined()) p.grad().clamp_(-cfg_.grad_clip, cfg_.grad_clip);
     }
-    const double lr_factor = cfg_.LearningRateFactor(pos_.step, cfg_.TotalSteps(R_));
+    const double lr_factor = cfg_.LearningRateFactor(pos_.step, cfg_.TotalSteps(steps_per_epoch_));
     SetLearningRates(lr_factor);
     adam_->step();
     ++pos_.step;
@@ -367,19 +503,62 @@ class Trainer {
     StepRecord rec;
     rec.step = pos_.step;
     rec.epoch = pos_.epoch + 1;
-    rec.loss = total;
-    rec.rec = loss.reconstruction.item<double>();
-    rec.dyn = loss.dynamics.item<double>();
-    rec.bce = loss.heatmap.item<double>();
+    rec.loss = sums[0] / double(B_);
+    rec.rec = sums[1] / double(B_);
+    rec.dyn = sums[2] / double(B_);
+    rec.bce = sums[3] / double(B_);
     rec.lr = cfg_.lr * lr_factor;
     rec.w_dyn = lo.w_dyn;
     rec.integrator = IntegratorMethodString(lo.integrator);
     rec.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-    metrics_->Append(rec);
-    summary_.last_loss = total;
+    if (metrics_) metrics_->Append(rec);
+    summary_.last_loss = rec.loss;
     step_seconds_ += rec.seconds;
     return rec;
+  }
+
+  // Every rank must start from the same point: the same data set, batch and position, and the
+  // same parameters (rank 0's are broadcast, so that they are identical to the bit). A
+  // mismatch stops every rank with the same InputError.
+  void Handshake() {
+    const DatasetInfo& info = data_->info();
+    std::vector<torch::Tensor> params = model_->parameters();
+    double checksum = 0;
+    for (auto& p : params) checksum += p.detach().to(torch::kFloat64).abs().sum().item<double>();
+    const std::vector<double> mine = {
+        double(R_), double(info.frames), double(info.size),     double(info.seed),
+        double(B_), double(pos_.step),   double(params.size()), checksum};
+    torch::Tensor t = torch::tensor(mine, torch::kFloat64).to(comm_->device());
+    comm_->Broadcast(t, 0, "the start-up handshake");
+    t = t.cpu();
+    static const char* names[] = {"training runs",   "frames", "image size",     "data seed",
+                                  "batch_sequences", "step",   "parameter count"};
+    std::string mismatch;
+    for (size_t i = 0; i + 1 < mine.size(); ++i) {
+      if (t[int64_t(i)].item<double>() != mine[i]) {
+        mismatch = std::string(names[i]) + " " + std::to_string(int64_t(mine[i])) +
+                   " against rank 0's " + std::to_string(int64_t(t[int64_t(i)].item<double>()));
+        break;
+      }
+    }
+    const double theirs = t[int64_t(mine.size() - 1)].item<double>();
+    if (mismatch.empty() &&
+        std::abs(theirs - checksum) > 1e-6 * std::max(1.0, std::abs(checksum))) {
+      mismatch = "parameters differ from rank 0's (another checkpoint or seed)";
+    }
+    if (AnyRank(!mismatch.empty(), "the start-up handshake")) {
+      throw InputError("distributed training: rank " + std::to_string(rank_) +
+                       (mismatch.empty() ? std::string(" agrees with rank 0, another rank does not")
+                                         : " does not start like rank 0: " + mismatch) +
+                       " (every rank needs the same data set, config and run folder)");
+    }
+    torch::NoGradGuard no_grad;
+    for (auto& p : params) {
+      torch::Tensor v = p.detach().to(comm_->device());
+      comm_->Broadcast(v, 0, "the parameter broadcast");
+      p.copy_(v);
+    }
   }
 
   // The message of a diverged step: what failed, where, and what is kept.
@@ -427,10 +606,11 @@ class Trainer {
     pos_.epoch += 1;
     pos_.step_in_epoch = 0;
     pos_.order.clear();
+    summary_.epochs_completed = pos_.epoch;
+    saved_once_ = true;
+    if (!Leader()) return;
     Save(last_);
     CopyFileAtomically(last_, EpochFile(pos_.epoch));
-    saved_once_ = true;
-    summary_.epochs_completed = pos_.epoch;
     const EpochRecord rec = RecordEpoch();
     if (options_.quiet) return;
     bar.Finish();
@@ -481,6 +661,9 @@ class Trainer {
 
   const TrainOptions& options_;
   const TrainConfig& cfg_;
+  std::shared_ptr<Communicator> comm_;
+  int rank_ = 0, world_ = 1;
+  int64_t B_ = 1, per_rank_ = 1, steps_per_epoch_ = 1;
   fs::path run_, checkpoints_, last_;
   std::unique_ptr<RunLock> lock_;
   std::optional<Dataset> data_;

@@ -42,7 +42,23 @@ struct BenchmarkOptions {
   std::string command;              // the command line, quoted in results.md
   bool progress = true;             // progress bars on a terminal
   bool quiet = false;               // no lines on stdout
+  /// A job array's share: the cells whose index (in the order settings × models × seeds) is
+  /// shard_index modulo shard_count. A shard trains and scores its cells only and writes no
+  /// table (shards may run at once on one shared `out`); --collect writes it.
+  int shard_index = 0, shard_count = 1;
+  /// Train nothing: the table from the cells whose result.json is finished; the missing ones
+  /// are listed in the notes.
+  bool collect = false;
 };
+
+/// Cell `index` of a benchmark belongs to shard `shard_index` of `shard_count` (round-robin, so
+/// that every shard gets cells of every setting and model). Throws InputError unless
+/// 0 ≤ shard_index < shard_count.
+bool CellInShard(int index, int shard_index, int shard_count);
+
+/// "I/N" → (I, N), 0 ≤ I < N ≤ 100000 (Slurm: $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT with
+/// --array=0-(N−1)). Throws InputError naming the expected form.
+std::pair<int, int> ParseShard(const std::string& text);
 
 /// The outcome of one cell (the content of its result.json).
 struct BenchmarkCell {
@@ -79,9 +95,10 @@ struct BenchmarkRow {
 struct BenchmarkResult {
   std::vector<BenchmarkCell> cells;
   std::vector<BenchmarkRow> rows;
-  std::vector<std::string> notes;  // skipped combinations, failures
-  std::filesystem::path markdown, csv, png;
-  double seconds = 0;  // wall time of this call
+  std::vector<std::string> notes;            // skipped combinations, failures
+  std::filesystem::path markdown, csv, png;  // empty for a shard (no table)
+  double seconds = 0;                        // wall time of this call
+  int missing_cells = 0;                     // --collect: cells not finished yet
 };
 
 /// The preset folder: `preset` itself if it is a directory, else configs/<preset> (relative to
@@ -126,6 +143,8 @@ void WriteResultsChart(const std::filesystem::path& png, const std::vector<Bench
 /// preset, a cell folder trained with another configuration), IoError, FormatError,
 /// Interrupted (Ctrl-C during training: the cell's checkpoint is saved and a rerun resumes).
 /// Cells whose training stops on a non-finite loss are recorded as failed, not thrown.
+/// With shard_count > 1 only the shard's cells run and no table is written; with `collect`
+/// nothing runs (no data set is generated) and the table holds the finished cells.
 BenchmarkResult RunBenchmark(const BenchmarkOptions& options);
 
 }  // namespace keycld

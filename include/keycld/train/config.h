@@ -27,7 +27,11 @@ struct TrainConfig {
                                  // "constrained" | "unconstrained"` is still read
   // [train]
   int epochs = 40;
-  int64_t max_steps = 0;                 // stop after this many steps in total (0 = no limit)
+  int64_t max_steps = 0;  // stop after this many steps in total (0 = no limit)
+  /// Sequences (training runs) per optimizer step, over all ranks of a distributed run: the
+  /// step's gradient is the mean of theirs. An epoch is ⌊train_runs / batch_sequences⌋ steps (the
+  /// remainder of the shuffled order is left out). The paper's: 1.
+  int batch_sequences = 1;
   double lr = 3e-4;                      // estimator and renderer
   double dynamics_lr_scale = 0.2;        // dynamics parameters (mass, potential, input matrix;
                                          // NODE2's network): lr · scale
@@ -66,14 +70,17 @@ struct TrainConfig {
   static TrainConfig FromToml(const std::filesystem::path& file);
   /// Fills fields from a TOML string (same rules); `origin` names it in errors.
   void MergeToml(const std::string& text, const std::string& origin);
-  /// Total optimisation steps of the schedule: max_steps if set, else epochs × train_runs.
-  int64_t TotalSteps(int64_t train_runs) const;
+  /// Optimizer steps per epoch: ⌊train_runs / batch_sequences⌋.
+  int64_t StepsPerEpoch(int64_t train_runs) const;
+  /// Total optimisation steps of the schedule: max_steps if set, else epochs × steps per epoch
+  /// (`steps_per_epoch`, StepsPerEpoch of the training runs).
+  int64_t TotalSteps(int64_t steps_per_epoch) const;
   /// Factor applied to both learning rates at optimisation step `step` (0-based) of `total`:
   /// 1 for "constant"; for "cosine" 1 until s₀ = lr_decay_start·total, then
   /// f + (1 − f)·½(1 + cos(π·(step − s₀)/(total − s₀))) with f = lr_final_scale.
   double LearningRateFactor(int64_t step, int64_t total) const;
   /// The dynamics loss's integrator, substeps and weights at optimisation step `step`
-  /// (0-based) of a run with `train_runs` sequences per epoch (the schedules above).
+  /// (0-based) of a run with `train_runs` steps per epoch (StepsPerEpoch; the schedules above).
   IntegratorMethod IntegratorAt(int64_t step, int64_t train_runs) const;
   int SubstepsAt(int64_t step, int64_t train_runs) const;
   double WDynAt(int64_t step, int64_t train_runs) const;

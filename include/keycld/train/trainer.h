@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "keycld/data/dataset.h"
@@ -29,8 +30,15 @@ struct PreparedDataset {
 PreparedDataset PrepareDataset(const TrainConfig& config, GlBackend gl = GlBackend::kAuto,
                                bool progress = true);
 
+class Communicator;  // distributed.h
+
 struct TrainOptions {
   TrainConfig config;
+  /// A joined process group (distributed.h) for data-parallel training, or null for one
+  /// process. Every rank calls Train with the same config and run_dir; config.batch_sequences
+  /// must be a multiple of the world size. Rank 0 alone writes the run folder, so with --resume
+  /// the folder must be on a file system every rank sees.
+  std::shared_ptr<Communicator> communicator;
   std::filesystem::path run_dir;  // config.toml, checkpoints/, metrics.jsonl
   bool resume = false;            // continue from run_dir/checkpoints/last.pt
   bool progress = true;           // progress bar on a terminal
