@@ -69,9 +69,9 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
                 "Train nothing: write the table from the finished cells in --out, listing the "
                 "missing ones")
       ->excludes(shard);
-  return [a, global] {
+  return [a, global, shard] {
     BenchmarkOptions o;
-    if (!a->shard.empty()) std::tie(o.shard_index, o.shard_count) = ParseShard(a->shard);
+    if (shard->count() > 0) std::tie(o.shard_index, o.shard_count) = ParseShard(a->shard);
     o.collect = a->collect;
     o.envs.clear();
     o.controls.clear();

@@ -1,8 +1,11 @@
 // keycld train | run: training, and the main job (data set + training).
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "commands.h"
 #include "keycld/eval/evaluate.h"
@@ -72,12 +75,49 @@ struct TrainArgs {
 }  // namespace
 
 // The process group the launcher's environment describes (torchrun, srun, --nproc), or null.
-std::shared_ptr<Communicator> JoinProcessGroup(const TrainArgs& a) {
+// A watchdog ends the process if the rendezvous outlives its timeout by a minute: a store
+// address held by something that is not a c10d store can block c10d's client without a timeout.
+std::shared_ptr<Communicator> JoinProcessGroup(const TrainArgs& a, bool backend_given) {
   std::optional<DistributedOptions> d = DistributedFromEnvironment(a.dist_init);
-  if (!d) return nullptr;
+  if (!d) {
+    if (backend_given) {
+      throw InputError("--dist-backend needs a distributed run (--nproc, or RANK and WORLD_SIZE)");
+    }
+    return nullptr;
+  }
   d->backend = a.dist_backend;
   d->timeout_seconds = a.dist_timeout;
-  return Communicator::Connect(*d);
+  std::mutex m;
+  std::condition_variable cv;
+  bool joined = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(m);
+    const auto limit = std::chrono::duration<double>(d->timeout_seconds + 60);
+    if (!cv.wait_for(lock, limit, [&] { return joined; })) {
+      std::fprintf(stderr,
+                   "keycld: error: rank %d of %d at %s: the rendezvous did not complete within "
+                   "%g s (--dist-timeout %g s, + 60 s); is the address a keycld rank 0?\n",
+                   d->rank, d->world_size, d->init.c_str(), d->timeout_seconds + 60,
+                   d->timeout_seconds);
+      std::_Exit(1);
+    }
+  });
+  auto stop = [&] {
+    {
+      std::lock_guard<std::mutex> lock(m);
+      joined = true;
+    }
+    cv.notify_all();
+    watchdog.join();
+  };
+  try {
+    auto c = Communicator::Connect(*d);
+    stop();
+    return c;
+  } catch (...) {
+    stop();
+    throw;
+  }
 }
 
 Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
@@ -120,14 +160,15 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
   cmd->add_option("--dist-init", a->dist_init,
                   "Rendezvous of a distributed run: tcp://HOST:PORT | file:///PATH (default "
                   "tcp://$MASTER_ADDR:$MASTER_PORT; ranks from RANK/WORLD_SIZE or Slurm)");
-  cmd->add_option("--dist-backend", a->dist_backend, "gloo | nccl (NCCL needs a CUDA LibTorch)")
-      ->check(CLI::IsMember({"gloo", "nccl"}))
-      ->capture_default_str();
+  auto* backend =
+      cmd->add_option("--dist-backend", a->dist_backend, "gloo | nccl (NCCL needs a CUDA LibTorch)")
+          ->check(CLI::IsMember({"gloo", "nccl"}))
+          ->capture_default_str();
   cmd->add_option("--dist-timeout", a->dist_timeout,
                   "Seconds a rank waits for the others before it stops with an error")
       ->check(FiniteRange(1, 604800))
       ->capture_default_str();
-  return [a, global] {
+  return [a, global, backend] {
     if (a->nproc) {
       return RunLocalRanks(*a->nproc, global->argv, !a->dist_init.empty(), bool(a->threads));
     }
@@ -140,9 +181,15 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
         throw InputError("nothing to resume: '" + saved.string() + "' does not exist");
       }
       t.config = TrainConfig::FromToml(saved);
+      if (a->batch_sequences && *a->batch_sequences != t.config.batch_sequences) {
+        throw InputError("--batch-sequences " + std::to_string(*a->batch_sequences) + ": '" +
+                         a->out + "' trains with " + std::to_string(t.config.batch_sequences) +
+                         " sequences per step, and the batch is part of a run (start a new one " +
+                         "to change it)");
+      }
       if (!a->config.empty() || a->hidden || a->seed || !a->model.empty() ||
           !a->integrator.empty() || a->integrator_warmup ||
-          (a->batch_sequences && *a->batch_sequences != t.config.batch_sequences) ||
+
           (!a->data.empty() &&
            !(std::filesystem::exists(a->data) && std::filesystem::exists(t.config.DataFile()) &&
              std::filesystem::equivalent(a->data, t.config.DataFile())))) {
@@ -168,7 +215,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
     if (a->threads) t.config.threads = *a->threads;
     if (!a->device.empty()) t.config.device = a->device;
     if (!a->precision.empty()) t.config.precision = a->precision;
-    t.communicator = JoinProcessGroup(*a);
+    t.communicator = JoinProcessGroup(*a, backend->count() > 0);
     const int world = t.communicator ? t.communicator->world_size() : 1;
     const bool leader = !t.communicator || t.communicator->rank() == 0;
     if (world > 1 && !a->resume && !a->batch_sequences && t.config.batch_sequences % world != 0) {

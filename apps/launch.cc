@@ -1,6 +1,6 @@
 // keycld train --nproc N: N local ranks of the same command, as torchrun would start them.
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,8 +72,11 @@ int RunLocalRanks(int n, const std::vector<std::string>& argv, bool has_dist_ini
     throw InputError("--nproc must be in [2, " + std::to_string(kMaxRanks) + "], got " +
                      std::to_string(n));
   }
-  if (std::getenv("WORLD_SIZE") && std::atoi(std::getenv("WORLD_SIZE")) > 1) {
-    throw InputError("--nproc starts its own ranks; WORLD_SIZE is already set by a launcher");
+  for (const char* v : {"WORLD_SIZE", "SLURM_NTASKS"}) {
+    if (std::getenv(v) && std::atoi(std::getenv(v)) > 1) {
+      throw InputError(std::string("--nproc starts its own ranks; ") + v +
+                       " is already set by a launcher (drop --nproc, or unset it)");
+    }
   }
   // The ranks' command: this one without --nproc, with a rendezvous file and, unless given,
   // an equal share of the cores as LibTorch threads.
@@ -115,9 +118,18 @@ int RunLocalRanks(int n, const std::vector<std::string>& argv, bool has_dist_ini
   for (int r = 0; r < n; ++r) {
     std::vector<std::string> env = Environment(r, n), args = child;
     std::vector<char*> envp = Pointers(env), argp = Pointers(args);
-    pid_t pid = 0;
-    if (const int err = posix_spawn(&pid, argp[0], nullptr, nullptr, argp.data(), envp.data())) {
-      std::fprintf(stderr, "keycld: error: cannot start rank %d: %s\n", r, std::strerror(err));
+    // fork + exec rather than posix_spawn: the rank asks to be terminated when the launcher
+    // dies (SIGKILL to it included), so that no rank trains on as an orphan.
+    const pid_t launcher = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(143);  // the launcher died before prctl
+      ::execve(argp[0], argp.data(), envp.data());
+      ::_exit(127);
+    }
+    if (pid < 0) {
+      std::fprintf(stderr, "keycld: error: cannot start rank %d: %s\n", r, std::strerror(errno));
       first_failure = 1;
       break;
     }
@@ -148,7 +160,7 @@ int RunLocalRanks(int n, const std::vector<std::string>& argv, bool has_dist_ini
         if (code != 0 && first_failure == 0) {
           first_failure = code;
           failed_at = std::chrono::steady_clock::now();
-          if (running > 0) {
+          if (running > 0 && code != 130) {  // 130: stopped by Ctrl-C, as the others will
             std::fprintf(stderr, "keycld: rank %d ended with exit code %d; stopping the others\n",
                          r, code);
           }

@@ -267,6 +267,19 @@ TEST(Benchmark, ShardsCoverEveryCellOnceAndCollectWritesTheTable) {
   EXPECT_EQ(csv[1].rfind("pendulum,none,keycld,2,2,", 0), 0u) << csv[1];  // 2 seeds, 2 runs
   EXPECT_EQ(csv[2].rfind("pendulum,none,node2,2,2,", 0), 0u) << csv[2];
   EXPECT_EQ(ReadText(root / "results.md").find("not finished"), std::string::npos);
+  // Cells trained with other settings (Euler, here asked for RK4) are not this table's.
+  EXPECT_EQ(testing::RunCli(args + " --integrator rk4 --shard 0/2", &out, dir.path()), 1) << out;
+  EXPECT_NE(out.find("another configuration"), std::string::npos) << out;
+  EXPECT_EQ(testing::RunCli(args + " --integrator rk4 --collect", &out, dir.path()), 1) << out;
+  EXPECT_NE(out.find("no cell of this selection is finished"), std::string::npos) << out;
+  // A model named twice is one column; an empty --shard is an error, not "no shard".
+  ASSERT_EQ(testing::RunCli("benchmark --preset tiny --envs pendulum --controls none,none "
+                            "--models keycld,node2,keycld --seeds 2 --collect",
+                            &out, dir.path()),
+            0)
+      << out;
+  EXPECT_EQ(Lines(ReadText(root / "results.csv")).size(), 3u);
+  EXPECT_EQ(testing::RunCli(args + " --shard ''", &out, dir.path()), 1) << out;
   EXPECT_EQ(testing::RunCli(args + " --shard 3/3", &out, dir.path()), 1) << out;
   EXPECT_EQ(testing::RunCli(args + " --shard 0/2 --collect", &out, dir.path()), 2) << out;
   // Nothing finished in another folder: a clear error.

@@ -40,6 +40,11 @@ std::vector<torch::Tensor> Parameters(const fs::path& checkpoint) {
   return out;
 }
 
+std::string ReadText(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 std::vector<double> Losses(const fs::path& run) {
   std::vector<double> out;
   for (const StepRecord& s : ReadMetrics(run / "metrics.jsonl").steps) out.push_back(s.loss);
@@ -79,7 +84,7 @@ TEST(Distributed, LauncherEnvironmentConventions) {
     EXPECT_THROW(DistributedFromEnvironment("tcp://127.0.0.1:29500"), InputError);
   }
   {
-    ScopedEnv env({{"RANK", "1"}, {"WORLD_SIZE", "1"}});
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "1"}});
     EXPECT_FALSE(DistributedFromEnvironment());  // a world of one is one process
   }
   {
@@ -114,7 +119,10 @@ TEST(Distributed, LauncherEnvironmentConventions) {
            {{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}},
            {{"RANK", "x"}, {"WORLD_SIZE", "2"}},
            {{"RANK", "0"}, {"WORLD_SIZE", "-3"}},
-           {{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}}}) {
+           {{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}},
+           {{"RANK", "1"}},                       // a stray RANK without a world size
+           {{"RANK", "3"}, {"WORLD_SIZE", "1"}},  // a rank outside a world of one
+           {{"WORLD_SIZE", "0"}}}) {
     ScopedEnv env(vars);
     EXPECT_THROW(DistributedFromEnvironment(), InputError);
   }
@@ -127,6 +135,21 @@ TEST(Distributed, LauncherEnvironmentConventions) {
   bad.init = "file:///tmp/x";
   bad.backend = "mpi";
   EXPECT_THROW(Communicator::Connect(bad), InputError);
+  // A FileStore path that is a folder, in a folder that does not exist, or an existing file that
+  // is not a store (a data set given by mistake): refused at once, the file left as it was.
+  testing::TempDir dir;
+  const fs::path data = testing::TinyPendulumData(dir.path());
+  const std::string before = ReadText(data);
+  bad.backend = "gloo";
+  bad.timeout_seconds = 600;
+  const auto start = std::chrono::steady_clock::now();
+  for (const std::string& path : {data.string(), dir.path().string(), dir.path().string() + "/",
+                                  (dir / "missing/store").string()}) {
+    bad.init = "file://" + path;
+    EXPECT_THROW(Communicator::Connect(bad), InputError) << path;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(ReadText(data), before);
 }
 
 // One step on all five training runs at once: its update must be Adam's first step,
@@ -240,7 +263,7 @@ TEST(Distributed, TwoGlooRanksTrainLikeOneProcessWithTwoSequencesPerStep) {
                 &out),
             1)
       << out;
-  EXPECT_NE(out.find("only --epochs"), std::string::npos) << out;
+  EXPECT_NE(out.find("the batch is part of a run"), std::string::npos) << out;
 }
 
 // Starts `args` (argv[0] = the CLI) with extra environment variables, output to `log`.
@@ -262,11 +285,6 @@ pid_t Spawn(std::vector<std::string> args, const std::vector<std::string>& extra
   const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   return rc == 0 ? pid : -1;
-}
-
-std::string ReadText(const fs::path& file) {
-  std::ifstream in(file);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 TEST(Distributed, AKilledRankStopsTheOtherWithAClearErrorInsteadOfHanging) {
@@ -372,6 +390,29 @@ TEST(Distributed, TcpRendezvousFromTheEnvironmentAndATimeoutForAMissingRank) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
 
+  // Ranks started with different settings (here --lr) refuse to train, naming the key.
+  std::vector<pid_t> mixed;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> c = args((dir / "mixed").string());
+    c.insert(c.end(), {"--dist-init", "file://" + (dir / "mixed.store").string(), "--lr",
+                       r == 0 ? "0.001" : "0.002"});
+    mixed.push_back(Spawn(c, {"RANK=" + std::to_string(r), "WORLD_SIZE=2"},
+                          dir / ("mixed" + std::to_string(r) + ".log")));
+    ASSERT_GT(mixed.back(), 0);
+  }
+  for (int r = 0; r < 2; ++r) {
+    int status = 0;
+    ::waitpid(mixed[size_t(r)], &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "rank " << r;
+  }
+  const std::string mixed1 = ReadText(dir / "mixed1.log");
+  EXPECT_NE(mixed1.find("settings differ"), std::string::npos) << mixed1;
+  EXPECT_NE(mixed1.find("[train] lr: 0.002 against 0.001"), std::string::npos) << mixed1;
+  EXPECT_NE(ReadText(dir / "mixed0.log").find("rank(s) 1 do not start like rank 0"),
+            std::string::npos)
+      << ReadText(dir / "mixed0.log");
+  EXPECT_FALSE(fs::exists(dir / "mixed/checkpoints/last.pt"));
+
   // Rank 0 of 2 alone: a clear error after the 3 s timeout, no run folder content.
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> alone = args((dir / "alone").string());
@@ -388,7 +429,8 @@ TEST(Distributed, TcpRendezvousFromTheEnvironmentAndATimeoutForAMissingRank) {
   EXPECT_GE(waited, 2.5);
   EXPECT_LT(waited, 60.0);
   const std::string log = ReadText(dir / "alone.log");
-  EXPECT_NE(log.find("could not join the process group within 3 s"), std::string::npos) << log;
+  EXPECT_NE(log.find("could not join the process group: Wait timeout after 3 s"), std::string::npos)
+      << log;
   EXPECT_EQ(log.find("frame #"), std::string::npos) << log;  // no LibTorch backtrace
   EXPECT_FALSE(fs::exists(dir / "alone/checkpoints"));
 }

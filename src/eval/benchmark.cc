@@ -120,9 +120,26 @@ json CellToJson(const BenchmarkCell& c, const TrainConfig& cfg, const DatasetInf
 }
 
 // The cell's cached result, if result.json exists and was computed for this configuration.
+// The settings of a saved run that must equal the wanted ones (everything but the schedule
+// and where it runs).
+std::string Comparable(TrainConfig c) {
+  c.epochs = 0;
+  c.max_steps = 0;
+  c.threads = 0;
+  c.device = "cpu";
+  return c.ToToml();
+}
+
+// False when the cell folder holds a run trained with other settings than `cfg` (say another
+// --integrator): its result is not this cell's.
+bool SameConfiguration(const fs::path& dir, const TrainConfig& cfg) {
+  const fs::path saved = dir / "config.toml";
+  return !fs::exists(saved) || Comparable(TrainConfig::FromToml(saved)) == Comparable(cfg);
+}
+
 bool ReadCachedCell(const fs::path& file, const TrainConfig& cfg, const fs::path& data_file,
                     BenchmarkCell* cell) {
-  if (!fs::exists(file)) return false;
+  if (!fs::exists(file) || !SameConfiguration(file.parent_path(), cfg)) return false;
   std::ifstream in(file);
   json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || j.value("format", "") != kCellFormat ||
@@ -152,16 +169,6 @@ bool ReadCachedCell(const fs::path& file, const TrainConfig& cfg, const fs::path
   }
   cell->cached = true;
   return true;
-}
-
-// The settings of a saved run that must equal the wanted ones (everything but the schedule
-// and where it runs).
-std::string Comparable(TrainConfig c) {
-  c.epochs = 0;
-  c.max_steps = 0;
-  c.threads = 0;
-  c.device = "cpu";
-  return c.ToToml();
 }
 
 }  // namespace
@@ -379,7 +386,7 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
        "validation). All cells: training "
     << FormatDuration(train) << ", evaluation " << FormatDuration(eval) << "; this invocation took "
     << FormatDuration(result.seconds) << " of wall time (" << cached << " of "
-    << result.cells.size() << " cells were already finished).\n";
+    << result.cells.size() + size_t(result.missing_cells) << " cells were already finished).\n";
   if (!result.notes.empty()) {
     s << "\nNotes:\n";
     for (const std::string& n : result.notes) s << "- " << n << "\n";
@@ -468,6 +475,10 @@ void TrainCell(const BenchmarkOptions& options, const TrainConfig& cfg, const fs
   } catch (const NumericalError& e) {
     cell->failed = true;
     cell->error = e.what();
+  } catch (const Interrupted&) {
+    throw Interrupted("benchmark interrupted while training " + cell->dir.string() +
+                      " (its checkpoint is saved): run the same keycld benchmark command again " +
+                      "to continue");
   }
   if (!cell->failed && !fs::exists(checkpoint)) {
     throw IoError("training of '" + cell->dir.string() + "' ended without " + checkpoint.string());
@@ -580,7 +591,10 @@ void CollectSetting(const BenchmarkOptions& options, const Setting& setting, con
       if (ReadCachedCell(cell.dir / "result.json", cfg, data_file, &cell)) {
         result->cells.push_back(cell);
       } else {
-        missing.push_back(CellName(setting.env, setting.control, model, seed));
+        missing.push_back(CellName(setting.env, setting.control, model, seed) +
+                          (SameConfiguration(cell.dir, cfg)
+                               ? ""
+                               : " (its folder holds a run with other settings)"));
       }
     }
   }
@@ -633,15 +647,27 @@ std::pair<int, int> ParseShard(const std::string& text) {
   return {i, n};
 }
 
-BenchmarkResult RunBenchmark(const BenchmarkOptions& options) {
+BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   const auto start = std::chrono::steady_clock::now();
-  if (options.seeds < 1)
-    throw InputError("--seeds must be ≥ 1, got " + std::to_string(options.seeds));
-  if (options.epochs < 0) throw InputError("--epochs must be ≥ 1");
-  if (options.threads < 0) throw InputError("--threads must be ≥ 0");
-  if (options.envs.empty() || options.controls.empty() || options.models.empty()) {
+  if (given.seeds < 1) throw InputError("--seeds must be ≥ 1, got " + std::to_string(given.seeds));
+  if (given.epochs < 0) throw InputError("--epochs must be ≥ 1");
+  if (given.threads < 0) throw InputError("--threads must be ≥ 0");
+  if (given.envs.empty() || given.controls.empty() || given.models.empty()) {
     throw InputError("--envs, --controls and --models must name at least one each");
   }
+  // A selection that names something twice has each cell once.
+  BenchmarkOptions unique = given;
+  auto dedupe = [](auto& v) {
+    auto copy = v;
+    v.clear();
+    for (const auto& x : copy) {
+      if (std::find(v.begin(), v.end(), x) == v.end()) v.push_back(x);
+    }
+  };
+  dedupe(unique.envs);
+  dedupe(unique.controls);
+  dedupe(unique.models);
+  const BenchmarkOptions& options = unique;
   const fs::path presets = ResolvePresetFolder(options.preset);
   const fs::path out = options.out.empty()
                            ? fs::path("runs") / ("benchmark-" + presets.filename().string())

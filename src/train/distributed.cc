@@ -8,8 +8,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "keycld/util/error.h"
@@ -71,6 +75,49 @@ std::string Cause(const std::exception& e) {
   return what.size() > 300 ? what.substr(0, 300) + "…" : what;
 }
 
+// A FileStore's path must be a fresh file or one another rank of this job has begun: c10d's
+// FileStore appends to whatever file it is given and waits on it forever if it holds anything
+// else (a data set given by mistake would be modified). Its records start with a 32-bit key
+// length and the key's characters.
+void CheckFileStorePath(const std::string& url, const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path parent = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    throw InputError("--dist-init '" + url + "': the folder '" + parent.string() +
+                     "' does not exist (the store file must be on a file system every rank sees)");
+  }
+  if (!fs::exists(path, ec)) return;
+  if (fs::is_directory(path, ec) || !fs::is_regular_file(path, ec)) {
+    throw InputError("--dist-init '" + url + "' names a folder or a special file; give the path " +
+                     "of a store file that does not exist yet");
+  }
+  const auto size = fs::file_size(path, ec);
+  if (ec || size == 0) return;
+  std::ifstream in(path, std::ios::binary);
+  uint32_t length = 0;
+  in.read(reinterpret_cast<char*>(&length), sizeof length);
+  std::string key(std::min<uint32_t>(length, 4096), '\0');
+  if (in && length >= 1 && length <= 4096 && uint64_t(length) + 4 <= size) {
+    in.read(key.data(), std::streamsize(key.size()));
+  }
+  const bool printable =
+      in && length >= 1 && length <= 4096 &&
+      std::all_of(key.begin(), key.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  if (!printable) {
+    throw InputError("--dist-init '" + url + "': '" + path.string() + "' exists and is not a " +
+                     "c10d store file (refused: the store would write into it); give the path " +
+                     "of a file that does not exist yet");
+  }
+}
+
+// A duration in seconds as the user wrote it ("3", "1.5").
+std::string SecondsText(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
 bool IsLoopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -82,11 +129,21 @@ std::optional<DistributedOptions> DistributedFromEnvironment(const std::string& 
   std::optional<int> rank = IntegerVariable("RANK"), world = IntegerVariable("WORLD_SIZE"),
                      local = IntegerVariable("LOCAL_RANK");
   const char* source = "RANK/WORLD_SIZE";
+  if (rank && !world) {
+    throw InputError("RANK=" + std::to_string(*rank) +
+                     " is set but WORLD_SIZE is not (a launcher "
+                     "sets both; unset RANK to train in one process)");
+  }
   if (!world) {
     rank = IntegerVariable("SLURM_PROCID");
     world = IntegerVariable("SLURM_NTASKS");
     local = IntegerVariable("SLURM_LOCALID");
     source = "SLURM_PROCID/SLURM_NTASKS";
+  }
+  if (world && *world == 0) throw InputError(std::string(source) + ": the world size is 0");
+  if (world && *world == 1 && rank && *rank != 0) {
+    throw InputError(std::string(source) + ": rank " + std::to_string(*rank) +
+                     " in a world of size 1");
   }
   if (!world || *world <= 1) {
     if (!dist_init.empty()) {
@@ -161,10 +218,13 @@ std::shared_ptr<Communicator> Communicator::Connect(const DistributedOptions& o)
       so.port = port;
       so.isServer = o.rank == 0;
       so.numWorkers = size_t(o.world_size);
-      so.waitWorkers = true;
+      // The workers are awaited by Gloo's own rendezvous below, under the same timeout: waiting
+      // for them here too would double it.
+      so.waitWorkers = false;
       so.timeout = impl.timeout;
       impl.store = c10::make_intrusive<c10d::TCPStore>(host, so);
     } else if (o.init.rfind("file://", 0) == 0 && o.init.size() > 7) {
+      CheckFileStorePath(o.init, o.init.substr(7));
       impl.store = c10::make_intrusive<c10d::FileStore>(o.init.substr(7), o.world_size);
       impl.store->setTimeout(impl.timeout);
     } else {
@@ -196,10 +256,14 @@ std::shared_ptr<Communicator> Communicator::Connect(const DistributedOptions& o)
   } catch (const keycld::Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw IoError(where + "could not join the process group within " +
-                  std::to_string(int(o.timeout_seconds)) + " s (--dist-timeout): " + Cause(e) +
-                  " (are all " + std::to_string(o.world_size) + " ranks started, with the same " +
-                  "rendezvous?)");
+    const std::string cause = Cause(e);
+    const bool timed_out = cause.find("imeout") != std::string::npos;
+    throw IoError(where + "could not join the process group: " + cause +
+                  (timed_out ? " after " + SecondsText(o.timeout_seconds) +
+                                   " (--dist-timeout; are all " + std::to_string(o.world_size) +
+                                   " ranks started, with the same rendezvous? A FileStore file " +
+                                   "left over from an earlier job blocks it: remove it)"
+                             : std::string()));
   }
   return c;
 }

@@ -526,16 +526,35 @@ class Trainer {
     std::vector<torch::Tensor> params = model_->parameters();
     double checksum = 0;
     for (auto& p : params) checksum += p.detach().to(torch::kFloat64).abs().sum().item<double>();
+    // The settings that must agree: all but the data file's path, threads and device.
+    TrainConfig settings = RecordedConfig(cfg_, info);
+    settings.data.clear();
+    settings.threads = 0;
+    settings.device = "cpu";
+    const std::string toml = settings.ToToml();
     const std::vector<double> mine = {
         double(R_), double(info.frames), double(info.size),     double(info.seed),
-        double(B_), double(pos_.step),   double(params.size()), checksum};
+        double(B_), double(pos_.step),   double(params.size()), double(toml.size()),
+        checksum};
     torch::Tensor t = torch::tensor(mine, torch::kFloat64).to(comm_->device());
     comm_->Broadcast(t, 0, "the start-up handshake");
     t = t.cpu();
-    static const char* names[] = {"training runs",   "frames", "image size",     "data seed",
-                                  "batch_sequences", "step",   "parameter count"};
+    torch::Tensor text = torch::zeros({int64_t(t[7].item<double>())}, torch::kUInt8);
+    if (Leader()) std::memcpy(text.data_ptr(), toml.data(), toml.size());
+    text = text.to(comm_->device());
+    comm_->Broadcast(text, 0, "the start-up handshake");
+    text = text.cpu();
+    const std::string leader_toml(static_cast<const char*>(text.data_ptr()), size_t(text.numel()));
+    static const char* names[] = {"training runs",   "frames", "image size",      "data seed",
+                                  "batch_sequences", "step",   "parameter count", "settings"};
     std::string mismatch;
-    for (size_t i = 0; i + 1 < mine.size(); ++i) {
+    if (leader_toml != toml) {
+      TrainConfig theirs;
+      theirs.MergeToml(leader_toml, "rank 0's config");
+      mismatch =
+          "settings differ (this rank's against rank 0's: " + settings.Differences(theirs) + ")";
+    }
+    for (size_t i = 0; i + 2 < mine.size() && mismatch.empty(); ++i) {
       if (t[int64_t(i)].item<double>() != mine[i]) {
         mismatch = std::string(names[i]) + " " + std::to_string(int64_t(mine[i])) +
                    " against rank 0's " + std::to_string(int64_t(t[int64_t(i)].item<double>()));
@@ -545,13 +564,25 @@ class Trainer {
     const double theirs = t[int64_t(mine.size() - 1)].item<double>();
     if (mismatch.empty() &&
         std::abs(theirs - checksum) > 1e-6 * std::max(1.0, std::abs(checksum))) {
-      mismatch = "parameters differ from rank 0's (another checkpoint or seed)";
+      mismatch = "parameters differ from rank 0's (another checkpoint)";
     }
-    if (AnyRank(!mismatch.empty(), "the start-up handshake")) {
-      throw InputError("distributed training: rank " + std::to_string(rank_) +
-                       (mismatch.empty() ? std::string(" agrees with rank 0, another rank does not")
-                                         : " does not start like rank 0: " + mismatch) +
-                       " (every rank needs the same data set, config and run folder)");
+    // Which ranks disagree, known to all: each rank stops with its own reason or their list.
+    torch::Tensor flags =
+        torch::zeros({int64_t(world_)}, torch::TensorOptions().device(comm_->device()));
+    if (!mismatch.empty()) flags[rank_] = 1.0f;
+    comm_->AllReduceSum(flags, "the start-up handshake");
+    flags = flags.cpu();
+    std::string others;
+    for (int r = 0; r < world_; ++r) {
+      if (flags[r].item<float>() > 0) others += (others.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (!others.empty()) {
+      throw InputError(
+          "distributed training: " +
+          (mismatch.empty()
+               ? "rank(s) " + others + " do not start like rank 0 (their messages " + "say why)"
+               : "rank " + std::to_string(rank_) + " does not start like rank 0: " + mismatch) +
+          "; every rank needs the same data set, settings and run folder");
     }
     torch::NoGradGuard no_grad;
     for (auto& p : params) {
