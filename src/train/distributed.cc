@@ -261,8 +261,11 @@ std::shared_ptr<Communicator> Communicator::Connect(const DistributedOptions& o)
     throw IoError(where + "could not join the process group: " + cause +
                   (timed_out ? " after " + SecondsText(o.timeout_seconds) +
                                    " (--dist-timeout; are all " + std::to_string(o.world_size) +
-                                   " ranks started, with the same rendezvous? A FileStore file " +
-                                   "left over from an earlier job blocks it: remove it)"
+                                   " ranks started, with the same rendezvous?" +
+                                   (o.init.rfind("file://", 0) == 0
+                                        ? " A store file left over from an earlier job blocks "
+                                          "it: remove it)"
+                                        : std::string(")"))
                              : std::string()));
   }
   return c;
