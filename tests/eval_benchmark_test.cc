@@ -25,12 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string ReadText(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::ReadText;
 
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> out;

@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <random>
 #include <string>
 
@@ -29,6 +31,14 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+/// The bytes of `file` ("" if it cannot be read).
+inline std::string ReadText(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
 
 /// Runs the shell command `cmd` (/bin/sh -c); fills `output` with its standard output and
 /// returns the wait status (-1 if it could not start).

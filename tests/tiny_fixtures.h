@@ -2,9 +2,11 @@
 #pragma once
 
 #include <filesystem>
+#include <vector>
 
 #include "keycld/data/generate.h"
 #include "keycld/models/registry.h"
+#include "keycld/train/checkpoint.h"
 #include "keycld/train/trainer.h"
 
 namespace keycld::testing {
@@ -53,6 +55,14 @@ inline TrainOptions TinyTrainOptions(const std::filesystem::path& data,
   t.progress = false;
   t.quiet = true;
   return t;
+}
+
+/// Copies of the parameters of a checkpoint's model, in the model's order.
+inline std::vector<torch::Tensor> CheckpointParameters(const std::filesystem::path& checkpoint) {
+  auto model = LoadModel(checkpoint, torch::kCPU);
+  std::vector<torch::Tensor> out;
+  for (auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
 }
 
 }  // namespace keycld::testing

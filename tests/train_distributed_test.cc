@@ -33,17 +33,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<torch::Tensor> Parameters(const fs::path& checkpoint) {
-  auto model = LoadModel(checkpoint, torch::kCPU);
-  std::vector<torch::Tensor> out;
-  for (auto& p : model->parameters()) out.push_back(p.detach().clone());
-  return out;
-}
+constexpr auto Parameters = &testing::CheckpointParameters;
 
-std::string ReadText(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using testing::ReadText;
 
 std::vector<double> Losses(const fs::path& run) {
   std::vector<double> out;

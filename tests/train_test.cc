@@ -40,12 +40,7 @@ TrainOptions TinyRun(const std::filesystem::path& data, const std::filesystem::p
   return testing::TinyTrainOptions(data, run);
 }
 
-std::vector<torch::Tensor> Parameters(const std::filesystem::path& checkpoint) {
-  auto model = LoadModel(checkpoint, torch::kCPU);
-  std::vector<torch::Tensor> out;
-  for (auto& p : model->parameters()) out.push_back(p.detach().clone());
-  return out;
-}
+constexpr auto Parameters = &testing::CheckpointParameters;
 
 TEST(Train, TrainingStepFlopsCountForwardAndBothBackwardPasses) {
   ModelSpec spec;  // the paper setting: 64×64, h = 32, pendulum K = 1
