@@ -107,7 +107,7 @@ std::string JudgeAndPlot(const ControlArgs& a, const Environment& env, EnvName n
   ControlVerdict v = JudgeControl(env, rec.steps, truth, a.angle_tolerance, a.position_tolerance,
                                   a.hold, a.speed_tolerance);
   WriteErrorPlot(out / "errors.png", env, rec.steps, truth, tolerances,
-                 EnvNameString(name) + ": true joint errors under energy shaping");
+                 env.system_name() + ": true joint errors under energy shaping");
   (*j)["target_qpos"] = truth;
   (*j)["verdict"] = {{"success", v.success},
                      {"final_errors", v.final_errors},
@@ -147,7 +147,7 @@ nlohmann::json SummaryJson(const std::string& source, const Environment& env, in
   nlohmann::json j;
   j["model_source"] = source;
   j["run"] = a.run;
-  j["env"] = EnvNameString(env.name());
+  j["env"] = env.system_name();
   j["image_size"] = image_size;
   j["dt"] = env.timestep();
   j["seconds"] = rec.steps.back().time + env.timestep() - rec.steps.front().time;
@@ -173,6 +173,7 @@ nlohmann::json SummaryJson(const std::string& source, const Environment& env, in
 // model of --env in keypoint coordinates (known: TruePendulumModel, KnownModel).
 struct ControlSetup {
   EnvName env = EnvName::kPendulum;
+  SystemDescription system;  // what the closed loop simulates
   int image_size = 0;
   Model learned{nullptr};
   fs::path out;
@@ -184,6 +185,7 @@ ControlSetup OpenControlSetup(const ControlArgs& a) {
     if (a.env.empty()) throw InputError("--model-source known needs --env");
     if (!a.run.empty()) throw InputError("--model-source known takes no RUN_DIR");
     setup.env = ParseEnvName(a.env);
+    setup.system = BuiltinSystem(setup.env);
     setup.image_size = a.size;
     setup.out = a.out.empty() ? fs::path("runs") / ("control-known-" + a.env) : fs::path(a.out);
     return setup;
@@ -197,7 +199,11 @@ ControlSetup OpenControlSetup(const ControlArgs& a) {
   to.threads = a.threads;
   TrainedRun trained = OpenTrainedRun(to);
   const ModelSpec& spec = trained.model->spec();
-  Environment env(spec.env);
+  // A custom system's simulator is described in the data set it was trained on.
+  setup.system = spec.env == EnvName::kCustom
+                     ? DatasetSystem(Dataset::Open(trained.data_file).info())
+                     : BuiltinSystem(spec.env);
+  Environment env(setup.system);
   CheckFullyActuated(spec, RunControlMode(trained.run_dir), env);
   setup.env = spec.env;
   setup.image_size = spec.image_size;
@@ -217,7 +223,7 @@ std::unique_ptr<ControlModel> MakeControlModel(const ControlSetup& setup, const 
 int RunControl(const ControlArgs& a, const GlobalOptions& global) {
   const ControllerOptions copt = CheckControlArgs(a);
   const ControlSetup setup = OpenControlSetup(a);
-  Environment env(setup.env);
+  Environment env(setup.system);
   const int size = setup.image_size;
   const std::vector<double> init = a.init_state.empty()
                                        ? DefaultInitialState(setup.env)
@@ -262,7 +268,7 @@ int RunControl(const ControlArgs& a, const GlobalOptions& global) {
   std::printf(
       "%s: %zu steps of %.3f s in %.1f s wall (%.0f steps/s: render + estimate + control + "
       "physics)\n",
-      EnvNameString(setup.env).c_str(), rec.steps.size(), env.timestep(), rec.wall_seconds,
+      env.system_name().c_str(), rec.steps.size(), env.timestep(), rec.wall_seconds,
       double(rec.steps.size()) / rec.wall_seconds);
   std::printf("verdict: %s\n", verdict_line.c_str());
   std::printf("wrote %s (control.csv, %ssummary.json, target.png%s)\n", out.c_str(),

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "keycld/data/generate.h"
+#include "keycld/dynamics/constraints.h"
 #include "keycld/sim/gl_context.h"
 #include "keycld/sim/offscreen_renderer.h"
 #include "keycld/util/error.h"
@@ -37,15 +38,27 @@ Runner AddInfoCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global
 namespace {
 struct GenerateArgs {
   GenerateOptions gen;
-  std::string env = "pendulum", control = "none", out_dir = "data";
+  std::string env = "pendulum", control = "none", out_dir = "data", system;
   int64_t seed = 0;
 };
+
+// --env NAME or --system FILE (a description file, docs/systems.md; a built-in name works too).
+SystemDescription ChosenSystem(const std::string& env, const std::string& system,
+                               const CLI::App& cmd) {
+  if (!system.empty()) {
+    if (cmd.count("--env") > 0) throw InputError("give --env or --system, not both");
+    return LoadSystemByName(system);
+  }
+  return BuiltinSystem(ParseEnvName(env));
+}
 }  // namespace
 
 Runner AddGenerateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
   auto a = std::make_shared<GenerateArgs>();
   auto* cmd = app.add_subcommand("generate", "Generate a KeyCLD data set (HDF5)");
   cmd->add_option("--env", a->env, "pendulum | cartpole | acrobot")->capture_default_str();
+  cmd->add_option("--system", a->system,
+                  "A system description file (TOML, docs/systems.md) instead of --env");
   cmd->add_option("--control", a->control, "none | under | full")->capture_default_str();
   cmd->add_option("--runs", a->gen.runs, "Number of runs (the last 10% are validation)")
       ->capture_default_str();
@@ -57,9 +70,14 @@ Runner AddGenerateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
       ->capture_default_str();
   cmd->add_option("--out", a->out_dir, "Output folder")->capture_default_str();
   cmd->add_flag("--force", a->gen.force, "Regenerate even if the file exists");
-  return [a, global] {
+  return [a, global, cmd] {
     GenerateOptions gen = a->gen;
-    gen.env = ParseEnvName(a->env);
+    SystemDescription system = ChosenSystem(a->env, a->system, *cmd);
+    if (system.builtin) {
+      gen.env = *system.builtin;
+    } else {
+      gen.system = system;
+    }
     gen.control = ParseControlMode(a->control);
     gen.out_dir = a->out_dir;
     if (a->seed < 0) throw InputError("--seed must be ≥ 0, got " + std::to_string(a->seed));
@@ -70,10 +88,19 @@ Runner AddGenerateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
       std::printf("reusing existing data set %s (same parameters; --force regenerates)\n",
                   r.path.c_str());
     } else {
-      std::printf("wrote %s: %d runs x %d frames at %dx%d in %.1f s (%.0f frames/s), "
-                  "VPT threshold eps = %.6f\n",
-                  r.path.c_str(), r.info.runs, r.info.frames, r.info.size, r.info.size,
-                  r.seconds, r.frames_per_second, r.info.vpt_epsilon);
+      std::printf(
+          "wrote %s: %d runs x %d frames at %dx%d in %.1f s (%.0f frames/s), "
+          "VPT threshold eps = %.6f\n",
+          r.path.c_str(), r.info.runs, r.info.frames, r.info.size, r.info.size, r.seconds,
+          r.frames_per_second, r.info.vpt_epsilon);
+    }
+    if (gen.system) {
+      const SystemDescription resolved = DatasetSystem(r.info);
+      std::printf("%s: %d keypoint(s), constraints: %s\n", resolved.name.c_str(),
+                  resolved.num_keypoints(),
+                  HolonomicConstraints(resolved.num_keypoints(), resolved.ConstraintTerms())
+                      .Describe()
+                      .c_str());
     }
     return 0;
   };
@@ -81,7 +108,7 @@ Runner AddGenerateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
 
 namespace {
 struct RenderArgs {
-  std::string env = "pendulum", out = "frame.png";
+  std::string env = "pendulum", out = "frame.png", system;
   std::vector<double> qpos;
   int size = 256;
 };
@@ -91,11 +118,13 @@ Runner AddRenderCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glob
   auto a = std::make_shared<RenderArgs>();
   auto* cmd = app.add_subcommand("render", "Render one state of a system to a PNG");
   cmd->add_option("--env", a->env, "pendulum | cartpole | acrobot")->capture_default_str();
+  cmd->add_option("--system", a->system,
+                  "A system description file (TOML, docs/systems.md) instead of --env");
   cmd->add_option("--qpos", a->qpos, "Joint positions (rad / m); default all zero");
   cmd->add_option("--size", a->size, "Image side in pixels")->capture_default_str();
   cmd->add_option("--out", a->out, "PNG file")->capture_default_str();
-  return [a, global] {
-    Environment env(ParseEnvName(a->env));
+  return [a, global, cmd] {
+    Environment env(ChosenSystem(a->env, a->system, *cmd));
     std::vector<double> qpos = a->qpos;
     if (qpos.empty()) qpos.assign(env.nq(), 0.0);
     env.Reset(qpos, std::vector<double>(env.nv(), 0.0));

@@ -160,6 +160,7 @@ std::vector<double> CheckedVector(const std::vector<double>& v, size_t n, const 
 py::dict SpecDict(const ModelSpec& s) {
   py::dict d;
   d["env"] = EnvNameString(s.env);
+  d["system"] = s.SystemName();
   d["model"] = s.model;
   d["num_keypoints"] = s.num_keypoints;
   d["action_dim"] = s.action_dim;
@@ -173,6 +174,7 @@ py::dict SpecDict(const ModelSpec& s) {
 py::dict InfoDict(const DatasetInfo& i) {
   py::dict d;
   d["env"] = EnvNameString(i.env);
+  d["system"] = i.system;
   d["control"] = ControlModeString(i.control);
   d["runs"] = i.runs;
   d["frames"] = i.frames;
@@ -193,8 +195,10 @@ py::dict InfoDict(const DatasetInfo& i) {
 // An Environment with a renderer made on first use (one GL context per environment).
 class PyEnvironment {
  public:
+  // A built-in name (its MJCF from `assets` when given) or a system description file.
   PyEnvironment(const std::string& name, const std::string& assets)
-      : env_(ParseEnvName(name), assets.empty() ? DefaultAssetsDir() : fs::path(assets)) {}
+      : env_(assets.empty() ? LoadSystemByName(name)
+                            : BuiltinSystem(ParseEnvName(name), fs::path(assets))) {}
 
   Environment& env() { return env_; }
 
@@ -526,7 +530,7 @@ PYBIND11_MODULE(_keycld, m) {
   py::class_<PyEnvironment>(m, "Environment")
       .def(py::init<const std::string&, const std::string&>(), py::arg("name"),
            py::arg("assets") = "")
-      .def_property_readonly("name", [](PyEnvironment& e) { return EnvNameString(e.env().name()); })
+      .def_property_readonly("name", [](PyEnvironment& e) { return e.env().system_name(); })
       .def_property_readonly("nq", [](PyEnvironment& e) { return e.env().nq(); })
       .def_property_readonly("nv", [](PyEnvironment& e) { return e.env().nv(); })
       .def_property_readonly("nu", [](PyEnvironment& e) { return e.env().nu(); })
@@ -547,7 +551,12 @@ PYBIND11_MODULE(_keycld, m) {
         [](const std::string& env, const std::string& control, int runs, int frames, int size,
            uint64_t seed, int workers, const fs::path& out, bool force, const std::string& gl) {
           GenerateOptions o;
-          o.env = ParseEnvName(env);
+          const SystemDescription system = LoadSystemByName(env);
+          if (system.builtin) {
+            o.env = *system.builtin;
+          } else {
+            o.system = system;
+          }
           o.control = ParseControlMode(control);
           o.runs = runs;
           o.frames = frames;

@@ -45,10 +45,35 @@ torch::Tensor AutogradCurvature(const HolonomicConstraints& c, const torch::Tens
   return torch::stack(hs, 1);
 }
 
-class HolonomicConstraintTest : public ::testing::TestWithParam<EnvName> {};
+// The built-in sets and sets of the other primitives that description files can list
+// (docs/systems.md): a pivot off the image centre, a slanted rail, a keypoint fixed in place.
+struct ConstraintCase {
+  std::string name;
+  HolonomicConstraints constraints;
+};
+
+std::vector<ConstraintCase> ConstraintCases() {
+  using T = ConstraintTerm;
+  return {
+      {"pendulum", HolonomicConstraints::ForEnvironment(EnvName::kPendulum)},
+      {"cartpole", HolonomicConstraints::ForEnvironment(EnvName::kCartpole)},
+      {"acrobot", HolonomicConstraints::ForEnvironment(EnvName::kAcrobot)},
+      {"double_pendulum_off_centre",
+       HolonomicConstraints(
+           2, {T::FixedDistanceToPoint(0, 0.1, -0.2, 0.3), T::FixedDistance(0, 1, 0.25)})},
+      {"slanted_rail",
+       HolonomicConstraints(2, {T::OnLine(0, 1.0, 2.0, 0.1), T::FixedDistance(0, 1, 0.4)})},
+      {"fixed_point_and_links",
+       HolonomicConstraints(
+           3, {T::FixedCoordinate(0, 0.2), T::FixedCoordinate(1, -0.1), T::FixedDistance(0, 1, 0.3),
+               T::FixedDistanceToPoint(2, -0.3, 0.2, 0.2)})},
+  };
+}
+
+class HolonomicConstraintTest : public ::testing::TestWithParam<ConstraintCase> {};
 
 TEST_P(HolonomicConstraintTest, JacobianMatchesAutogradAndFiniteDifferences) {
-  const HolonomicConstraints c = HolonomicConstraints::ForEnvironment(GetParam());
+  const HolonomicConstraints& c = GetParam().constraints;
   const torch::Tensor x = RandomStates(16, c.state_dim(), 1);
   const torch::Tensor d = c.Jacobian(x);
   ASSERT_EQ(d.sizes(), (std::vector<int64_t>{16, c.num_constraints(), c.state_dim()}));
@@ -64,7 +89,7 @@ TEST_P(HolonomicConstraintTest, JacobianMatchesAutogradAndFiniteDifferences) {
 }
 
 TEST_P(HolonomicConstraintTest, CurvatureMatchesAutogradAndFiniteDifferences) {
-  const HolonomicConstraints c = HolonomicConstraints::ForEnvironment(GetParam());
+  const HolonomicConstraints& c = GetParam().constraints;
   const torch::Tensor x = RandomStates(16, c.state_dim(), 2);
   torch::manual_seed(3);
   const torch::Tensor v = torch::randn({16, c.state_dim()}, kF64);
@@ -81,7 +106,7 @@ TEST_P(HolonomicConstraintTest, CurvatureMatchesAutogradAndFiniteDifferences) {
 }
 
 TEST_P(HolonomicConstraintTest, FiniteAtDegenerateStates) {
-  const HolonomicConstraints c = HolonomicConstraints::ForEnvironment(GetParam());
+  const HolonomicConstraints& c = GetParam().constraints;
   // All points on the pivot (and hence on each other): every norm is zero.
   torch::Tensor x = torch::zeros({2, c.state_dim()}, kF64).requires_grad_(true);
   const torch::Tensor v = torch::ones({2, c.state_dim()}, kF64);
@@ -96,10 +121,27 @@ TEST_P(HolonomicConstraintTest, FiniteAtDegenerateStates) {
   EXPECT_TRUE(torch::isfinite(g).all().item<bool>());
 }
 
-INSTANTIATE_TEST_SUITE_P(Environments, HolonomicConstraintTest,
-                         ::testing::Values(EnvName::kPendulum, EnvName::kCartpole,
-                                           EnvName::kAcrobot),
-                         [](const auto& info) { return EnvNameString(info.param); });
+INSTANTIATE_TEST_SUITE_P(Primitives, HolonomicConstraintTest,
+                         ::testing::ValuesIn(ConstraintCases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(HolonomicConstraintValues, NewPrimitivesAtKnownStates) {
+  using T = ConstraintTerm;
+  // p1 = (0.4, 0.2): distance to (0.1, −0.2) is 0.5; n = (3, 4)/5 gives n·p1 = 0.4.
+  const HolonomicConstraints c(
+      1, {T::FixedDistanceToPoint(0, 0.1, -0.2, 0.5), T::OnLine(0, 3.0, 4.0, 0.4)});
+  const torch::Tensor x = torch::tensor({{0.4, 0.2}}, kF64);
+  EXPECT_LT(c.Phi(x).abs().max().item<double>(), 1e-12);
+  const torch::Tensor d = c.Jacobian(x);
+  // (p − c)/‖p − c‖_ε = (0.3, 0.4)/0.5, up to the regularisation ε²/(2‖p − c‖²) = 2e-12.
+  EXPECT_NEAR(d[0][0][0].item<double>(), 0.6, 1e-11);
+  EXPECT_NEAR(d[0][0][1].item<double>(), 0.8, 1e-11);
+  EXPECT_NEAR(d[0][1][0].item<double>(), 0.6, 1e-12);  // the unit normal
+  EXPECT_NEAR(d[0][1][1].item<double>(), 0.8, 1e-12);
+  EXPECT_EQ(c.Describe(), "|p1 - (0.1, -0.2)| - 0.5; 0.6*x1 + 0.8*y1 - 0.4");
+  EXPECT_THROW(T::OnLine(0, 0.0, 0.0, 1.0), InputError);
+  EXPECT_THROW(HolonomicConstraints(1, {T::OnLine(1, 0.0, 1.0, 0.0)}), InputError);
+}
 
 TEST(HolonomicConstraintValues, MatchTheTableOfKeyCLD) {
   const auto pendulum = HolonomicConstraints::ForEnvironment(EnvName::kPendulum);

@@ -124,7 +124,8 @@ def dataset_info(path):
 class Environment:
     """One MuJoCo simulation of a benchmark system (docs/method.md §7).
 
-    ``Environment("pendulum" | "cartpole" | "acrobot", assets=None)``: joint angles in radians
+    ``Environment("pendulum" | "cartpole" | "acrobot" | "my_system.toml", assets=None)`` (a
+    system description file, docs/systems.md, works too): joint angles in radians
     (0 = pointing up), cart position in metres, time in seconds; one step() advances dt seconds,
     the frame interval of the data sets. Not thread-safe. Raises InputError for an unknown
     name, IoError / FormatError for a missing or rejected MJCF file in ``assets``.
@@ -192,8 +193,9 @@ class Environment:
 
 def generate(env="pendulum", control="none", runs=500, frames=50, size=64, seed=0, workers=0,
              out="data", force=False, gl="auto"):
-    """Generates a data set as ``keycld generate`` does (docs/method.md §7, docs/data.md) and
-    returns {"path", "reused", "seconds", "frames_per_second", "info"}. An existing file with the
+    """Generates a data set as ``keycld generate`` does (docs/method.md §7, docs/data.md); ``env``
+    is a built-in name or a system description file (docs/systems.md). Returns
+    {"path", "reused", "seconds", "frames_per_second", "info"}. An existing file with the
     same parameters is reused unless ``force``. ``workers``: render processes (0 = one per
     core). Runs in a fresh Python process (its render workers are forked, which is unsafe from
     a process that already rendered with OpenGL or runs threads). Raises InputError, IoError,

@@ -28,8 +28,7 @@ ClosedLoop::ClosedLoop(Environment& env, OffscreenRenderer& renderer, ControlMod
   }
   if (model.action_dim() != env.nu()) {
     throw InputError("the model has " + std::to_string(model.action_dim()) + " action(s), " +
-                     EnvNameString(env.name()) + " has " + std::to_string(env.nu()) +
-                     " actuator(s)");
+                     env.system_name() + " has " + std::to_string(env.nu()) + " actuator(s)");
   }
   frame_.resize(size_t(renderer.size()) * renderer.size() * 3);
   mass_ = model.MassDiagonal().to(torch::kCPU, torch::kFloat64).reshape({1, -1});
@@ -80,14 +79,13 @@ ControlTarget TargetFromImage(ControlModel& model, const std::filesystem::path& 
   PngImage image = ReadPng(png);
   const int s = model.image_size();
   if (image.channels != 3) {
-    throw FormatError("target image '" + png.string() + "' has " +
-                      std::to_string(image.channels) + " channel(s); expected RGB (3), as " +
-                      "`keycld render` writes");
+    throw FormatError("target image '" + png.string() + "' has " + std::to_string(image.channels) +
+                      " channel(s); expected RGB (3), as " + "`keycld render` writes");
   }
   if (image.width != s || image.height != s) {
-    throw InputError("target image '" + png.string() + "' is " + std::to_string(image.width) +
-                     "x" + std::to_string(image.height) + " px; the model reads " +
-                     std::to_string(s) + "x" + std::to_string(s) + " px images");
+    throw InputError("target image '" + png.string() + "' is " + std::to_string(image.width) + "x" +
+                     std::to_string(image.height) + " px; the model reads " + std::to_string(s) +
+                     "x" + std::to_string(s) + " px images");
   }
   ControlTarget target;
   target.image = std::move(image.pixels);
@@ -98,7 +96,7 @@ ControlTarget TargetFromImage(ControlModel& model, const std::filesystem::path& 
 std::vector<double> JointErrors(const Environment& env, const std::vector<double>& qpos,
                                 const std::vector<double>& target) {
   if (int(qpos.size()) != env.nq() || int(target.size()) != env.nq()) {
-    throw InputError(EnvNameString(env.name()) + " has " + std::to_string(env.nq()) +
+    throw InputError(env.system_name() + " has " + std::to_string(env.nq()) +
                      " joint position(s), got " + std::to_string(qpos.size()) + " and " +
                      std::to_string(target.size()));
   }
@@ -174,8 +172,10 @@ std::vector<double> DefaultInitialState(EnvName env) {
       return {0.0, M_PI - 0.1};
     case EnvName::kAcrobot:
       return {M_PI - 0.1, 0.0};
+    case EnvName::kCustom:
+      break;
   }
-  return {};
+  throw InputError("a custom system has no default initial state: give --init-state");
 }
 
 std::vector<double> ParseJointState(const Environment& env, const std::string& text,
@@ -202,9 +202,9 @@ std::vector<double> ParseJointState(const Environment& env, const std::string& t
     throw InputError(what + ": trailing comma in '" + text + "'");
   }
   if (int(values.size()) != env.nq()) {
-    throw InputError(what + ": " + EnvNameString(env.name()) + " has " +
-                     std::to_string(env.nq()) + " joint position(s) (" +
-                     (env.name() == EnvName::kPendulum  ? "angle, rad"
+    throw InputError(what + ": " + env.system_name() + " has " + std::to_string(env.nq()) +
+                     " joint position(s) (" +
+                     (env.name() == EnvName::kPendulum   ? "angle, rad"
                       : env.name() == EnvName::kCartpole ? "cart m, pole angle rad"
                                                          : "shoulder, elbow angles, rad") +
                      "), got " + std::to_string(values.size()) + " in '" + text + "'");

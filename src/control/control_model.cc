@@ -74,13 +74,18 @@ void CheckFullyActuated(const ModelSpec& spec, const std::string& control_mode,
                         const Environment& env) {
   if (spec.env != env.name()) {
     throw InputError("the model was trained on " + EnvNameString(spec.env) +
-                     ", not on the simulated " + EnvNameString(env.name()));
+                     ", not on the simulated " + env.system_name());
   }
   if (spec.action_dim != env.nu()) {
     throw InputError("the model's input matrix has " + std::to_string(spec.action_dim) +
-                     " column(s) but " + EnvNameString(env.name()) + " has " +
-                     std::to_string(env.nu()) + " actuator(s): energy shaping needs every " +
+                     " column(s) but " + env.system_name() + " has " + std::to_string(env.nu()) +
+                     " actuator(s): energy shaping needs every " +
                      "actuator modelled (control mode full)");
+  }
+  if (env.nu() < env.nq()) {
+    throw InputError(env.system_name() + " has " + std::to_string(env.nu()) + " actuator(s) for " +
+                     std::to_string(env.nq()) + " joints: energy shaping (docs/method.md §10) " +
+                     "needs a fully actuated system (an actuator per joint)");
   }
   if (control_mode.empty()) {
     throw InputError(

@@ -9,6 +9,14 @@
 
 namespace keycld {
 
+SystemDescription DatasetSystem(const DatasetInfo& info) {
+  if (info.system_description.empty()) return BuiltinSystem(info.env);
+  SystemDescription d = ParseSystem(info.system_description, "the data set's system_description",
+                                    std::filesystem::path("/"));
+  if (info.env != EnvName::kCustom) d.builtin = info.env;
+  return d;
+}
+
 int ValidationRunCount(int runs) {
   if (runs < 2) return 0;
   return std::max(1, runs / 10);
@@ -76,10 +84,17 @@ Dataset Dataset::Open(const std::filesystem::path& path) {
                       "); regenerate it with keycld generate --force");
   }
   try {
-    i.env = ParseEnvName(h5::ReadStringAttr(f, "env", p));
+    i.env = ParseStoredEnvName(h5::ReadStringAttr(f, "env", p));
     i.control = ParseControlMode(h5::ReadStringAttr(f, "control", p));
+    i.system = h5::HasAttr(f, "system") ? h5::ReadStringAttr(f, "system", p) : EnvNameString(i.env);
+    if (h5::HasAttr(f, "system_description")) {
+      i.system_description = h5::ReadStringAttr(f, "system_description", p);
+    }
   } catch (const InputError& e) {
     throw FormatError(p + ": " + e.what());
+  }
+  if (i.env == EnvName::kCustom && i.system_description.empty()) {
+    throw FormatError(p + ": a custom system's data set without its 'system_description'");
   }
   // Each count is checked in 64 bits before it becomes an int (4294967308 runs read as 12).
   auto count = [&](const char* name, int64_t lo, int64_t hi) {
@@ -120,12 +135,21 @@ Dataset Dataset::Open(const std::filesystem::path& path) {
     throw FormatError(p + ": attribute 'vpt_epsilon' = " + std::to_string(i.vpt_epsilon) +
                       " is outside (0, 1] (the VPT threshold, a per-pixel MSE)");
   }
-  const int joints = JointCount(i.env);
-  if (i.nq != joints || i.nv != joints || i.nu != joints) {
-    throw FormatError(p + ": the " + EnvNameString(i.env) + " has " + std::to_string(joints) +
-                      " joint(s) and actuator(s), but the attributes say nq " +
-                      std::to_string(i.nq) + ", nv " + std::to_string(i.nv) + ", nu " +
-                      std::to_string(i.nu));
+  SystemDescription system;
+  try {
+    system = DatasetSystem(i);
+  } catch (const Error& e) {
+    throw FormatError(p + ": its system description: " + e.what());
+  }
+  if (system.name != i.system) {
+    throw FormatError(p + ": attribute 'system' = '" + i.system + "' but the description is of '" +
+                      system.name + "'");
+  }
+  if (i.nq != system.nq() || i.nv != system.nv() || i.nu != system.nu()) {
+    throw FormatError(p + ": the " + i.system + " has nq " + std::to_string(system.nq()) + ", nv " +
+                      std::to_string(system.nv()) + ", nu " + std::to_string(system.nu()) +
+                      ", but the attributes say nq " + std::to_string(i.nq) + ", nv " +
+                      std::to_string(i.nv) + ", nu " + std::to_string(i.nu));
   }
   const hsize_t R = i.runs, N = i.frames, S = i.size;
   OpenChecked(f, "images", H5T_INTEGER, 1, {R, N, S, S, 3}, p);

@@ -24,7 +24,11 @@ namespace keycld {
 namespace fs = std::filesystem;
 
 void ValidateGenerateOptions(const GenerateOptions& o) {
-  CheckControlMode(o.env, o.control);
+  if (o.system) {
+    o.system->CheckControlMode(o.control);
+  } else {
+    CheckControlMode(o.env, o.control);
+  }
   if (o.runs < 1) throw InputError("--runs must be at least 1, got " + std::to_string(o.runs));
   if (o.frames < 3) {
     throw InputError("--frames must be at least 3 (central differences need 3 frames), got " +
@@ -49,8 +53,12 @@ void ValidateGenerateOptions(const GenerateOptions& o) {
   }
 }
 
+std::string GenerateSystemName(const GenerateOptions& o) {
+  return o.system ? o.system->name : EnvNameString(o.env);
+}
+
 fs::path DatasetPath(const GenerateOptions& o) {
-  return o.out_dir / (EnvNameString(o.env) + "-" + ControlModeString(o.control) + "-" +
+  return o.out_dir / (GenerateSystemName(o) + "-" + ControlModeString(o.control) + "-" +
                       std::to_string(o.size) + "px-" + std::to_string(o.runs) + "x" +
                       std::to_string(o.frames) + "-seed" + std::to_string(o.seed) + ".h5");
 }
@@ -146,13 +154,12 @@ void ForwardMujocoError(const char* msg) {
       SendMessage(fd, MessageType::kGlInfo, 0, {info.data()}, {info.size()});
     }
     const size_t frame_bytes = size_t(S) * S * 3;
-    const int nu = env.nu();
     for (int i = job.worker; i < job.total_items; i += job.workers) {
       Item item;
       if (i < R) {
         Rng rng(o.seed, kRunStream, uint64_t(i));
         env.ResetRandom(rng);
-        std::vector<double> u = SampleAction(o.env, o.control, nu, rng);
+        std::vector<double> u = SampleAction(env.system(), o.control, rng);
         env.SetAction(u);
         item.images.resize(frame_bytes * N);
         for (int t = 0; t < N; ++t) {
@@ -292,8 +299,9 @@ class WorkerPool {
 };
 
 bool SameParameters(const DatasetInfo& i, const GenerateOptions& o) {
-  return i.env == o.env && i.control == o.control && i.runs == o.runs && i.frames == o.frames &&
-         i.size == o.size && i.seed == o.seed;
+  return i.env == (o.system ? EnvName::kCustom : o.env) && i.system == GenerateSystemName(o) &&
+         i.control == o.control && i.runs == o.runs && i.frames == o.frames && i.size == o.size &&
+         i.seed == o.seed;
 }
 
 // An existing file with the same parameters is kept (and reported as reused) unless --force;
@@ -363,9 +371,12 @@ class PixelStatistics {
 class DatasetWriter {
  public:
   DatasetWriter(const fs::path& path, const fs::path& target, const GenerateOptions& o,
-                const Environment& prototype, int grid_size)
+                const Environment& prototype, std::string description, int grid_size)
       : target_(target),
         o_(o),
+        env_(prototype.name()),
+        system_(prototype.system_name()),
+        description_(std::move(description)),
         nq_(prototype.nq()),
         nv_(prototype.nv()),
         nu_(prototype.nu()),
@@ -466,7 +477,9 @@ class DatasetWriter {
     const int R = o_.runs, V = ValidationRunCount(R);
     h5::WriteAttr(file_, "format", std::string(kDatasetFormatName));
     h5::WriteAttr(file_, "format_version", int64_t(kDatasetFormatVersion));
-    h5::WriteAttr(file_, "env", EnvNameString(o_.env));
+    h5::WriteAttr(file_, "env", EnvNameString(env_));
+    h5::WriteAttr(file_, "system", system_);
+    h5::WriteAttr(file_, "system_description", description_);
     h5::WriteAttr(file_, "control", ControlModeString(o_.control));
     h5::WriteAttr(file_, "runs", int64_t(R));
     h5::WriteAttr(file_, "frames", int64_t(o_.frames));
@@ -487,6 +500,8 @@ class DatasetWriter {
 
   const fs::path target_;
   const GenerateOptions& o_;
+  const EnvName env_;
+  const std::string system_, description_;
   const int nq_, nv_, nu_;
   const double dt_;
   PixelStatistics stats_;
@@ -508,8 +523,14 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   // the cores (measured, 2 workers, pendulum: 302 frames/s without helper threads, 270 with).
   // A value set by the user is kept.
   ::setenv("LP_NUM_THREADS", "0", /*overwrite=*/0);
-  const Environment prototype(o.env, o.assets_dir);
-  const auto grid = StateGrid(o.env);
+  Environment prototype = o.system ? Environment(*o.system) : Environment(o.env, o.assets_dir);
+  // The constraints' missing numbers measured at this size, then all of them checked on the
+  // initial states (docs/systems.md): a description whose keypoints do not obey its
+  // constraints is refused before anything is rendered.
+  const SystemDescription resolved = prototype.ResolveConstraints(o.size);
+  prototype.CheckConstraints(resolved, o.size, kConstraintTolerance);
+  const std::string description = SystemToToml(resolved);
+  const auto grid = StateGrid(prototype.system());
   const int R = o.runs, total_items = R + int(grid.size());
   int workers = o.workers > 0 ? o.workers : int(std::max(1u, std::thread::hardware_concurrency()));
   workers = std::min(workers, R);
@@ -518,8 +539,8 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   WorkerPool pool(WorkerJob{&o, &prototype, &grid, 0, workers, total_items});
   AtomicFile out(result.path);
-  DatasetWriter writer(out.temp_path(), out.target(), o, prototype, int(grid.size()));
-  ProgressBar bar("generate " + EnvNameString(o.env) + "/" + ControlModeString(o.control),
+  DatasetWriter writer(out.temp_path(), out.target(), o, prototype, description, int(grid.size()));
+  ProgressBar bar("generate " + GenerateSystemName(o) + "/" + ControlModeString(o.control),
                   int64_t(R) * o.frames, "frames", o.progress && ::isatty(2));
   std::string gl_backend, gl_renderer;
   int done = 0, frames_done = 0;

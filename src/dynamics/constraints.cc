@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <sstream>
 #include <utility>
 
@@ -18,6 +19,14 @@ torch::Tensor RegularisedNorm(const torch::Tensor& d) {
 
 // Block of a state row: coordinates (x_k, y_k) of keypoint k, [B, 2].
 torch::Tensor Point(const torch::Tensor& x, int k) { return x.narrow(1, 2 * k, 2); }
+
+// p_a − c of a distance-to-point term, [B, 2]; p_a itself for the image centre (c = 0), so that
+// the built-in systems compute exactly what they did before the pivot became a parameter.
+torch::Tensor Relative(const torch::Tensor& x, const ConstraintTerm& t) {
+  const torch::Tensor p = Point(x, t.a);
+  if (t.px == 0.0 && t.py == 0.0) return p;
+  return p - torch::tensor({t.px, t.py}, x.options()).unsqueeze(0);
+}
 
 // Row of D [B, 2K] from per-keypoint gradient blocks (absent blocks are zero).
 torch::Tensor RowFromBlocks(const torch::Tensor& x, int num_keypoints,
@@ -37,11 +46,25 @@ ConstraintTerm ConstraintTerm::FixedCoordinate(int state_index, double value) {
 }
 
 ConstraintTerm ConstraintTerm::FixedDistanceToOrigin(int keypoint, double length) {
-  return {Kind::kFixedDistanceToOrigin, keypoint, -1, length};
+  return {Kind::kFixedDistanceToPoint, keypoint, -1, length};
+}
+
+ConstraintTerm ConstraintTerm::FixedDistanceToPoint(int keypoint, double cx, double cy,
+                                                    double length) {
+  return {Kind::kFixedDistanceToPoint, keypoint, -1, length, cx, cy};
 }
 
 ConstraintTerm ConstraintTerm::FixedDistance(int keypoint_a, int keypoint_b, double length) {
   return {Kind::kFixedDistance, keypoint_a, keypoint_b, length};
+}
+
+ConstraintTerm ConstraintTerm::OnLine(int keypoint, double nx, double ny, double offset) {
+  const double norm = std::hypot(nx, ny);
+  if (!(norm > 0) || !std::isfinite(norm)) {
+    throw InputError("ConstraintTerm::OnLine: the normal (" + std::to_string(nx) + ", " +
+                     std::to_string(ny) + ") must be finite and non-zero");
+  }
+  return {Kind::kOnLine, keypoint, -1, offset, nx / norm, ny / norm};
 }
 
 HolonomicConstraints::HolonomicConstraints(int num_keypoints, std::vector<ConstraintTerm> terms)
@@ -66,7 +89,8 @@ HolonomicConstraints::HolonomicConstraints(int num_keypoints, std::vector<Constr
                            std::to_string(num_keypoints_ - 1) + ", different from the first)");
         }
         [[fallthrough]];
-      case ConstraintTerm::Kind::kFixedDistanceToOrigin:
+      case ConstraintTerm::Kind::kFixedDistanceToPoint:
+      case ConstraintTerm::Kind::kOnLine:
         if (t.a < 0 || t.a >= num_keypoints_) {
           throw InputError(where + " keypoint " + std::to_string(t.a) + " (expected 0.." +
                            std::to_string(num_keypoints_ - 1) + ")");
@@ -86,8 +110,12 @@ HolonomicConstraints HolonomicConstraints::ForEnvironment(EnvName env) {
     case EnvName::kAcrobot:
       return HolonomicConstraints(2, {ConstraintTerm::FixedDistanceToOrigin(0, 0.3),
                                       ConstraintTerm::FixedDistance(0, 1, 0.3)});
+    case EnvName::kCustom:
+      break;
   }
-  throw InputError("HolonomicConstraints::ForEnvironment: unknown environment");
+  throw InputError(
+      "HolonomicConstraints::ForEnvironment: a custom system's constraints come from its "
+      "description (the model spec), not from its name");
 }
 
 HolonomicConstraints HolonomicConstraints::None(int num_keypoints) {
@@ -112,8 +140,11 @@ torch::Tensor HolonomicConstraints::Phi(const torch::Tensor& x) const {
       case ConstraintTerm::Kind::kFixedCoordinate:
         phi.push_back(x.select(1, t.a) - t.value);
         break;
-      case ConstraintTerm::Kind::kFixedDistanceToOrigin:
-        phi.push_back(RegularisedNorm(Point(x, t.a)) - t.value);
+      case ConstraintTerm::Kind::kFixedDistanceToPoint:
+        phi.push_back(RegularisedNorm(Relative(x, t)) - t.value);
+        break;
+      case ConstraintTerm::Kind::kOnLine:
+        phi.push_back(x.select(1, 2 * t.a) * t.px + x.select(1, 2 * t.a + 1) * t.py - t.value);
         break;
       case ConstraintTerm::Kind::kFixedDistance:
         phi.push_back(RegularisedNorm(Point(x, t.a) - Point(x, t.b)) - t.value);
@@ -137,9 +168,16 @@ torch::Tensor HolonomicConstraints::Jacobian(const torch::Tensor& x) const {
         rows.push_back(row);
         break;
       }
-      case ConstraintTerm::Kind::kFixedDistanceToOrigin: {
-        // ∂‖p‖_ε/∂p = p / r.
-        const torch::Tensor p = Point(x, t.a);
+      case ConstraintTerm::Kind::kOnLine: {
+        torch::Tensor row = torch::zeros({batch, state_dim()}, x.options());
+        row.select(1, 2 * t.a).fill_(t.px);
+        row.select(1, 2 * t.a + 1).fill_(t.py);
+        rows.push_back(row);
+        break;
+      }
+      case ConstraintTerm::Kind::kFixedDistanceToPoint: {
+        // ∂‖p − c‖_ε/∂p = (p − c) / r.
+        const torch::Tensor p = Relative(x, t);
         const torch::Tensor g = p / RegularisedNorm(p).unsqueeze(1);
         rows.push_back(RowFromBlocks(x, num_keypoints_, {{t.a, g}}));
         break;
@@ -177,10 +215,11 @@ torch::Tensor HolonomicConstraints::Curvature(const torch::Tensor& x,
   for (const ConstraintTerm& t : terms_) {
     switch (t.kind) {
       case ConstraintTerm::Kind::kFixedCoordinate:
+      case ConstraintTerm::Kind::kOnLine:
         h.push_back(torch::zeros({x.size(0)}, x.options()));
         break;
-      case ConstraintTerm::Kind::kFixedDistanceToOrigin:
-        h.push_back(norm_curvature(Point(x, t.a), Point(xdot, t.a)));
+      case ConstraintTerm::Kind::kFixedDistanceToPoint:
+        h.push_back(norm_curvature(Relative(x, t), Point(xdot, t.a)));
         break;
       case ConstraintTerm::Kind::kFixedDistance:
         h.push_back(
@@ -191,25 +230,36 @@ torch::Tensor HolonomicConstraints::Curvature(const torch::Tensor& x,
   return torch::stack(h, 1);
 }
 
-std::string HolonomicConstraints::Describe() const {
-  if (terms_.empty()) return "none";
+std::string DescribeConstraintTerm(const ConstraintTerm& t) {
   std::ostringstream out;
-  for (size_t i = 0; i < terms_.size(); ++i) {
-    const ConstraintTerm& t = terms_[i];
-    if (i > 0) out << "; ";
-    switch (t.kind) {
-      case ConstraintTerm::Kind::kFixedCoordinate:
-        out << (t.a % 2 == 0 ? "x" : "y") << (t.a / 2 + 1) << " - " << t.value;
-        break;
-      case ConstraintTerm::Kind::kFixedDistanceToOrigin:
+  switch (t.kind) {
+    case ConstraintTerm::Kind::kFixedCoordinate:
+      out << (t.a % 2 == 0 ? "x" : "y") << (t.a / 2 + 1) << " - " << t.value;
+      break;
+    case ConstraintTerm::Kind::kFixedDistanceToPoint:
+      if (t.px == 0.0 && t.py == 0.0) {
         out << "|p" << (t.a + 1) << "| - " << t.value;
-        break;
-      case ConstraintTerm::Kind::kFixedDistance:
-        out << "|p" << (t.a + 1) << " - p" << (t.b + 1) << "| - " << t.value;
-        break;
-    }
+      } else {
+        out << "|p" << (t.a + 1) << " - (" << t.px << ", " << t.py << ")| - " << t.value;
+      }
+      break;
+    case ConstraintTerm::Kind::kFixedDistance:
+      out << "|p" << (t.a + 1) << " - p" << (t.b + 1) << "| - " << t.value;
+      break;
+    case ConstraintTerm::Kind::kOnLine:
+      out << t.px << "*x" << (t.a + 1) << " + " << t.py << "*y" << (t.a + 1) << " - " << t.value;
+      break;
   }
   return out.str();
+}
+
+std::string HolonomicConstraints::Describe() const {
+  if (terms_.empty()) return "none";
+  std::string out;
+  for (size_t i = 0; i < terms_.size(); ++i) {
+    out += (i > 0 ? "; " : "") + DescribeConstraintTerm(terms_[i]);
+  }
+  return out;
 }
 
 }  // namespace keycld

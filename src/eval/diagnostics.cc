@@ -49,6 +49,10 @@ std::vector<CoordinateSpec> CoordinateSpecs(const Environment& env, int image_si
           {K::kAngle, "shoulder angle", 0, 0, -1, AnchorInImage(scratch, 0, image_size), -1, 1});
       specs.push_back({K::kAngle, "elbow angle", 1, 1, 0, {0, 0}, 0, 1});
       break;
+    case EnvName::kCustom:
+      throw InputError(
+          "CoordinateSpecs: the map from keypoints to a custom system's joints is "
+          "not known");
   }
   return specs;
 }

@@ -123,12 +123,11 @@ GridData AnalyseGrid(TrainedRun& run, EvaluationReport* report) {
   torch::Tensor images =
       torch::from_blob(bytes.data(), {g.count, info.size, info.size, 3}, torch::kUInt8);
   g.x = model->Encode(ImagesToFloat(images, model->device())).keypoints.reshape({g.count, -1});
-  torch::Tensor phi =
-      HolonomicConstraints::ForEnvironment(spec.env).Phi(g.x.to(torch::kCPU, torch::kFloat64));
+  torch::Tensor phi = spec.Constraints().Phi(g.x.to(torch::kCPU, torch::kFloat64));
   report->constraint_rms = phi.square().mean().sqrt().item<double>();
   report->constraint_max = phi.abs().max().item<double>();
   if (report->has_energy) g.v_learned = ToVector(model->Potential(g.x));
-  Environment env(spec.env);
+  Environment env(DatasetSystem(info));
   const std::vector<double> zero_qvel(size_t(env.nv()), 0.0);
   g.v_true.resize(size_t(g.count));
   for (int i = 0; i < g.count; ++i) {
@@ -141,7 +140,14 @@ GridData AnalyseGrid(TrainedRun& run, EvaluationReport* report) {
   } else {
     report->potential_r2 = report->potential_scale = std::nan("");
   }
-  report->dynamics = DiagnoseDynamics(model, env, g.x, g.qpos, info.control != ControlMode::kNone);
+  if (env.name() == EnvName::kCustom) {
+    // The map from keypoints to a custom system's joints is not known (diagnostics.h): no
+    // acceleration check.
+    report->dynamics.acceleration.scale = report->dynamics.acceleration.r2 = std::nan("");
+  } else {
+    report->dynamics =
+        DiagnoseDynamics(model, env, g.x, g.qpos, info.control != ControlMode::kNone);
+  }
   return g;
 }
 
@@ -536,7 +542,7 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
 
 void FillRunFacts(const TrainedRun& run, const EvaluateOptions& options, EvaluationReport* report) {
   const ModelSpec& spec = run.model->spec();
-  report->env = EnvNameString(spec.env);
+  report->env = spec.SystemName();
   report->control = ControlModeString(run.data->info().control);
   report->model = spec.model;
   report->has_energy = run.model->HasEnergy();
@@ -580,8 +586,10 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
       PlotPotential(report, run.model->spec().env, grid, run.data_file, out / "potential.png");
       report.files.push_back(out / "potential.png");
     }
-    PlotAcceleration(report.dynamics, out / "acceleration.png");
-    report.files.push_back(out / "acceleration.png");
+    if (!report.dynamics.coordinates.empty()) {
+      PlotAcceleration(report.dynamics, out / "acceleration.png");
+      report.files.push_back(out / "acceleration.png");
+    }
     if (!energy.total.empty()) {
       PlotEnergy(energy, report.solver, options.energy_frames, out / "energy.png");
       report.files.push_back(out / "energy.png");
@@ -712,8 +720,13 @@ std::string FormatEvaluationSummary(const EvaluationReport& r) {
     << "  energy variation       "
     << (std::isfinite(r.energy_relative_variation) ? Sci(r.energy_relative_variation) : "n/a")
     << " of V's range\n"
-    << "  acceleration scale     " << Fixed(r.dynamics.acceleration.scale, 3) << " (R² "
-    << Fixed(r.dynamics.acceleration.r2, 3) << "; learned / true at the grid states, 1 = right)\n"
+    << "  acceleration scale     "
+    << (std::isfinite(r.dynamics.acceleration.scale)
+            ? Fixed(r.dynamics.acceleration.scale, 3) + " (R² " +
+                  Fixed(r.dynamics.acceleration.r2, 3) +
+                  "; learned / true at the grid states, 1 = right)"
+            : std::string("n/a (needs the map from keypoints to joints: built-in systems only)"))
+    << "\n"
     << "  VPT, perfect dynamics  " << Fixed(r.rollouts.reconstruction_vpt.mean, 2)
     << " (renderer and estimator alone); failures: " << r.rollouts.failures_dynamics
     << " dynamics, " << r.rollouts.failures_rendering << " rendering\n";

@@ -297,10 +297,10 @@ std::vector<uint8_t> ResimulateFrames(const Dataset& data, int run, int from_fra
   if (count == 0) return {};
   const std::vector<double> qpos = data.ReadQpos(run), qvel = data.ReadQvel(run),
                             action = data.ReadAction(run);
-  Environment env(info.env);
+  Environment env(DatasetSystem(info));
   if (env.nq() != info.nq || env.nv() != info.nv || env.nu() != info.nu) {
-    throw FormatError("'" + data.path().string() + "': nq/nv/nu do not match the " +
-                      EnvNameString(info.env) + " model");
+    throw FormatError("'" + data.path().string() + "': nq/nv/nu do not match the " + info.system +
+                      " model");
   }
   env.Reset(std::span(qpos.data() + size_t(from_frame) * info.nq, size_t(info.nq)),
             std::span(qvel.data() + size_t(from_frame) * info.nv, size_t(info.nv)));
@@ -344,8 +344,7 @@ PredictionOutput WritePrediction(const PredictOptions& o) {
   WriteGif(truth, scored, predicted, r, info.size, o.scale, bar);
   bar.Finish();
   WriteCsv(r.csv, r, predicted, scored.estimated);
-  WriteMsePlot(r.mse_plot, r, EnvNameString(info.env) + "-" + ControlModeString(info.control),
-               o.run);
+  WriteMsePlot(r.mse_plot, r, info.system + "-" + ControlModeString(info.control), o.run);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }

@@ -7,12 +7,42 @@
 
 namespace keycld {
 
-int KeypointCount(EnvName env) { return env == EnvName::kPendulum ? 1 : 2; }
+int KeypointCount(EnvName env) {
+  if (env == EnvName::kCustom) {
+    throw InputError("KeypointCount: a custom system's keypoints come from its description");
+  }
+  return env == EnvName::kPendulum ? 1 : 2;
+}
+
+std::string ModelSpec::SystemName() const { return system.empty() ? EnvNameString(env) : system; }
+
+HolonomicConstraints ModelSpec::Constraints() const {
+  if (env == EnvName::kCustom) return HolonomicConstraints(num_keypoints, constraints);
+  return HolonomicConstraints::ForEnvironment(env);
+}
 
 void ModelSpec::Validate() const {
-  if (num_keypoints != KeypointCount(env)) {
-    throw InputError(EnvNameString(env) + " has " + std::to_string(KeypointCount(env)) +
-                     " keypoints, the model spec says " + std::to_string(num_keypoints));
+  if (env == EnvName::kCustom) {
+    if (num_keypoints < 1 || num_keypoints > 64) {
+      throw InputError(SystemName() + ": the model spec has " + std::to_string(num_keypoints) +
+                       " keypoints (expected 1 to 64)");
+    }
+    HolonomicConstraints(num_keypoints, constraints);  // throws for a term outside the state
+    if (int(constraints.size()) >= 2 * num_keypoints) {
+      throw InputError(SystemName() + ": " + std::to_string(constraints.size()) +
+                       " constraints leave no degree of freedom to " +
+                       std::to_string(num_keypoints) + " keypoint(s)");
+    }
+  } else {
+    if (num_keypoints != KeypointCount(env)) {
+      throw InputError(EnvNameString(env) + " has " + std::to_string(KeypointCount(env)) +
+                       " keypoints, the model spec says " + std::to_string(num_keypoints));
+    }
+    if (!constraints.empty()) {
+      throw InputError(EnvNameString(env) +
+                       ": a built-in system's model spec lists no "
+                       "constraints (they are the built-in ones)");
+    }
   }
   if (action_dim < 1) throw InputError("action dimension must be ≥ 1");
   if (hidden < 8 || hidden % 8 != 0 || hidden < num_keypoints) {

@@ -44,10 +44,9 @@ std::string ModelFromLegacyDynamics(const std::string& dynamics) {
 }
 
 std::string DescribeModel(const ModelSpec& spec) {
-  return spec.model + " (" + FindModelVariant(spec.model).description + "), " +
-         EnvNameString(spec.env) + ", h = " + std::to_string(spec.hidden) + ", " +
-         std::to_string(spec.image_size) + " px, " + std::to_string(spec.action_dim) +
-         " actuator(s)";
+  return spec.model + " (" + FindModelVariant(spec.model).description + "), " + spec.SystemName() +
+         ", h = " + std::to_string(spec.hidden) + ", " + std::to_string(spec.image_size) + " px, " +
+         std::to_string(spec.action_dim) + " actuator(s)";
 }
 
 }  // namespace keycld

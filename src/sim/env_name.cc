@@ -6,7 +6,10 @@ namespace keycld {
 
 EnvName ParseEnvName(const std::string& name) { return ParseName<EnvName>(name); }
 ControlMode ParseControlMode(const std::string& name) { return ParseName<ControlMode>(name); }
-std::string EnvNameString(EnvName env) { return NameOf(env); }
+EnvName ParseStoredEnvName(const std::string& name) {
+  return name == "custom" ? EnvName::kCustom : ParseEnvName(name);
+}
+std::string EnvNameString(EnvName env) { return env == EnvName::kCustom ? "custom" : NameOf(env); }
 std::string ControlModeString(ControlMode mode) { return NameOf(mode); }
 
 void CheckControlMode(EnvName env, ControlMode mode) {
@@ -17,6 +20,11 @@ void CheckControlMode(EnvName env, ControlMode mode) {
   }
 }
 
-int JointCount(EnvName env) { return env == EnvName::kPendulum ? 1 : 2; }
+int JointCount(EnvName env) {
+  if (env == EnvName::kCustom) {
+    throw InputError("JointCount: a custom system's joints come from its description");
+  }
+  return env == EnvName::kPendulum ? 1 : 2;
+}
 
 }  // namespace keycld

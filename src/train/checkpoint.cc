@@ -32,6 +32,17 @@ void WriteSpec(torch::serialize::OutputArchive& a, const ModelSpec& s) {
   a.write("model_kind", StringTensor(s.model));
   a.write("shape", ToTensor({s.num_keypoints, s.action_dim, s.hidden, s.image_size}));
   a.write("sigma_dt", torch::tensor({s.sigma, s.dt}, torch::kFloat64));
+  if (s.env == EnvName::kCustom) {
+    // A custom system's name and constraints: one row (kind, a, b, value, px, py) per term.
+    a.write("system", StringTensor(s.system));
+    torch::Tensor c = torch::zeros({int64_t(s.constraints.size()), 6}, torch::kFloat64);
+    for (size_t i = 0; i < s.constraints.size(); ++i) {
+      const ConstraintTerm& t = s.constraints[i];
+      c[i] = torch::tensor({double(int(t.kind)), double(t.a), double(t.b), t.value, t.px, t.py},
+                           torch::kFloat64);
+    }
+    a.write("constraints", c);
+  }
 }
 
 torch::Tensor Read(torch::serialize::InputArchive& a, const char* key, const std::string& file) {
@@ -53,7 +64,7 @@ ModelSpec ReadSpec(torch::serialize::InputArchive& a, const std::string& file) {
   }
   ModelSpec s;
   try {
-    s.env = ParseEnvName(TensorString(Read(a, "env", file)));
+    s.env = ParseStoredEnvName(TensorString(Read(a, "env", file)));
     s.model = version == 1 ? ModelFromLegacyDynamics(TensorString(Read(a, "dynamics", file)))
                            : FindModelVariant(TensorString(Read(a, "model_kind", file))).name;
   } catch (const InputError& e) {
@@ -68,6 +79,25 @@ ModelSpec ReadSpec(torch::serialize::InputArchive& a, const std::string& file) {
   s.image_size = int(shape[3].item<int64_t>());
   s.sigma = sd[0].item<double>();
   s.dt = sd[1].item<double>();
+  if (s.env == EnvName::kCustom) {
+    s.system = TensorString(Read(a, "system", file));
+    const torch::Tensor c = Read(a, "constraints", file).to(torch::kFloat64).contiguous();
+    if (c.dim() != 2 || c.size(1) != 6) throw FormatError("'" + file + "': bad constraints");
+    for (int64_t i = 0; i < c.size(0); ++i) {
+      const int kind = int(c[i][0].item<double>());
+      if (kind < 0 || kind > int(ConstraintTerm::Kind::kOnLine)) {
+        throw FormatError("'" + file + "': unknown constraint kind " + std::to_string(kind));
+      }
+      ConstraintTerm t;
+      t.kind = ConstraintTerm::Kind(kind);
+      t.a = int(c[i][1].item<double>());
+      t.b = int(c[i][2].item<double>());
+      t.value = c[i][3].item<double>();
+      t.px = c[i][4].item<double>();
+      t.py = c[i][5].item<double>();
+      s.constraints.push_back(t);
+    }
+  }
   try {
     s.Validate();
   } catch (const InputError& e) {
@@ -184,7 +214,8 @@ void LoadCheckpoint(const std::filesystem::path& file, Model& model,
   auto a = OpenArchive(file, device);
   ModelSpec s = ReadSpec(a, file.string());
   const ModelSpec& want = model->spec();
-  if (s.env != want.env || s.num_keypoints != want.num_keypoints ||
+  if (s.env != want.env || s.SystemName() != want.SystemName() ||
+      s.constraints != want.constraints || s.num_keypoints != want.num_keypoints ||
       s.action_dim != want.action_dim || s.hidden != want.hidden ||
       s.image_size != want.image_size || s.model != want.model) {
     throw FormatError("'" + file.string() + "' holds a model (" + DescribeModel(s) +

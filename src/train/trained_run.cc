@@ -14,10 +14,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string Describe(EnvName env, int size, int nu, double dt) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%s at %dx%d px, %d actuator%s, dt %g s",
-                EnvNameString(env).c_str(), size, size, nu, nu == 1 ? "" : "s", dt);
+std::string Describe(const std::string& system, int size, int nu, double dt) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s at %dx%d px, %d actuator%s, dt %g s", system.c_str(), size,
+                size, nu, nu == 1 ? "" : "s", dt);
   return buf;
 }
 
@@ -75,19 +75,21 @@ TrainedRun OpenTrainedRun(const TrainedRunOptions& o) {
   r.model = LoadModel(checkpoint, device);
   LoadCheckpoint(checkpoint, r.model, nullptr, &r.position);
   r.model->eval();
-  if (!o.open_data) return r;
+  // Without the data set, a custom system still needs its file: the description is in it.
+  if (!o.open_data && r.model->spec().env != EnvName::kCustom) return r;
 
   r.data_file = o.data.empty() ? FindDataSet(r.run_dir, r.config) : o.data;
+  if (!o.open_data) return r;
   if (!fs::exists(r.data_file)) throw IoError("data set not found: '" + r.data_file.string() + "'");
   r.data.emplace(Dataset::Open(r.data_file));
   const DatasetInfo& info = r.data->info();
   const ModelSpec& spec = r.model->spec();
-  if (info.env != spec.env || info.size != spec.image_size || info.nu != spec.action_dim ||
-      std::abs(info.dt - spec.dt) > 1e-9 * std::max(1.0, spec.dt)) {
+  if (info.env != spec.env || info.system != spec.SystemName() || info.size != spec.image_size ||
+      info.nu != spec.action_dim || std::abs(info.dt - spec.dt) > 1e-9 * std::max(1.0, spec.dt)) {
     throw InputError("data set '" + r.data_file.string() + "' is " +
-                     Describe(info.env, info.size, info.nu, info.dt) +
+                     Describe(info.system, info.size, info.nu, info.dt) +
                      ", which does not fit the model '" + checkpoint.string() + "' (" +
-                     Describe(spec.env, spec.image_size, spec.action_dim, spec.dt) + ")");
+                     Describe(spec.SystemName(), spec.image_size, spec.action_dim, spec.dt) + ")");
   }
   return r;
 }

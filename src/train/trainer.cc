@@ -78,10 +78,25 @@ void LoadRuns(const Dataset& data, const std::vector<int64_t>& runs, torch::Tens
   }
 }
 
+ModelSpec SpecSystem(const DatasetInfo& info) {
+  ModelSpec spec;
+  spec.env = info.env;
+  spec.system = info.system;
+  if (info.env == EnvName::kCustom) {
+    const SystemDescription system = DatasetSystem(info);
+    spec.num_keypoints = system.num_keypoints();
+    spec.constraints = system.ConstraintTerms();
+  } else {
+    spec.num_keypoints = KeypointCount(info.env);
+  }
+  return spec;
+}
+
 TrainConfig RecordedConfig(const TrainConfig& config, const DatasetInfo& info) {
   TrainConfig recorded = config;
   if (config.data.empty()) return recorded;
-  recorded.env = EnvNameString(info.env);
+  // A custom system is known by its data set alone (its description travels in the file).
+  recorded.env = info.env == EnvName::kCustom ? "" : EnvNameString(info.env);
   recorded.control = ControlModeString(info.control);
   recorded.size = info.size;
   recorded.runs = info.runs;
@@ -198,7 +213,7 @@ class Trainer {
     const DatasetInfo& info = data_->info();
     if (!cfg_.env.empty() && ParseEnvName(cfg_.env) != info.env) {
       throw InputError("the config is for " + cfg_.env + " but '" + file.string() + "' is a " +
-                       EnvNameString(info.env) + " data set");
+                       info.system + " data set");
     }
     if (info.size % 4 != 0) {
       throw InputError("'" + file.string() + "' has " + std::to_string(info.size) +
@@ -240,8 +255,7 @@ class Trainer {
                                 : cfg_.device);
     torch::manual_seed(cfg_.seed);
     ModelSpec spec;
-    spec.env = info.env;
-    spec.num_keypoints = KeypointCount(info.env);
+    spec = SpecSystem(info);
     spec.action_dim = info.nu;
     spec.hidden = cfg_.hidden;
     spec.image_size = info.size;

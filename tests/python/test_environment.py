@@ -1,6 +1,7 @@
 """keycld.Environment and keycld.generate against physics, geometry and the data set file."""
 
 import math
+import os
 
 import h5py
 import numpy as np
@@ -116,3 +117,25 @@ def test_generate_after_rendering_in_the_same_process(tmp_path):
     assert keycld.dataset_info(result["path"])["runs"] == 2
     with pytest.raises(keycld.InputError, match="--runs"):  # errors cross the process boundary
         keycld.generate(runs=0, out=tmp_path)
+
+
+DOUBLE_PENDULUM = (os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                                "double_pendulum", "double_pendulum.toml"))
+
+
+def test_a_system_description_file_simulates_and_generates(tmp_path):
+    # examples/double_pendulum: rods of 0.35 m and 0.3 m from a pivot at (0.05, 0.65) m, seen by
+    # a 45° camera 2.5 m away at 0.6 m height (docs/systems.md).
+    env = keycld.Environment(DOUBLE_PENDULUM)
+    assert (env.name, env.nq, env.nv, env.nu) == ("double_pendulum", 2, 2, 1)
+    unit = 1.0 / (2.5 * math.tan(math.pi / 8)) * 32 / 31
+    for q in ([0.3, -0.2], [2.0, 1.0]):
+        env.reset(q, [0.0, 0.0])
+        p = env.keypoints(32).tolist()
+        assert math.dist(p[0], (0.05 * unit, 0.05 * unit)) == pytest.approx(0.35 * unit, abs=1e-9)
+        assert math.dist(p[0], p[1]) == pytest.approx(0.30 * unit, abs=1e-9)
+    r = keycld.generate(DOUBLE_PENDULUM, runs=3, frames=4, size=16, out=tmp_path, workers=1)
+    assert r["info"]["system"] == "double_pendulum" and r["info"]["env"] == "custom"
+    with h5py.File(r["path"]) as f:
+        assert f.attrs["system"] == "double_pendulum"
+        assert "distance_to_point" in f.attrs["system_description"]

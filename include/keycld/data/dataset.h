@@ -7,7 +7,9 @@
 //   /mean_image  float32 [H, W, 3]                in [0, 1], mean over runs of time averages
 //   /split/train, /split/validation  int64 run indices (validation = the last runs)
 //   /grid/qpos   float64 [G, nq], /grid/images uint8 [G, H, W, 3]  state grid for plots
-// Root attributes: format ("keycld-dataset"), format_version, env, control, runs, frames,
+// Root attributes: format ("keycld-dataset"), format_version, env ("custom" for a system of the
+// user's own), system (its name), system_description (the resolved description file, TOML;
+// absent in files written before descriptions existed), control, runs, frames,
 // size, seed, dt, vpt_epsilon, train_runs, validation_runs, mujoco_version, keycld_version,
 // gl_backend, gl_renderer.
 #pragma once
@@ -27,7 +29,9 @@ inline constexpr const char* kDatasetFormatName = "keycld-dataset";
 
 /// The generation parameters and summary numbers of a data set.
 struct DatasetInfo {
-  EnvName env = EnvName::kPendulum;
+  EnvName env = EnvName::kPendulum;  // kCustom for a description file's system
+  std::string system = "pendulum";   // the system's name
+  std::string system_description;    // resolved TOML (sim/system.h); "" in older files
   ControlMode control = ControlMode::kNone;
   int runs = 0, frames = 0, size = 0;
   uint64_t seed = 0;
@@ -38,6 +42,10 @@ struct DatasetInfo {
   int format_version = 0;
   std::string mujoco_version, keycld_version, gl_backend, gl_renderer;
 };
+
+/// The system of a data set: its stored description, or the built-in one for files written
+/// before descriptions were stored. Throws FormatError/InputError for a bad description.
+SystemDescription DatasetSystem(const DatasetInfo& info);
 
 /// Number of validation runs for `runs` runs: the last 10 % (50 of the paper's 500), at
 /// least 1 when runs ≥ 2, 0 for a single run.

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "keycld/data/dataset.h"
@@ -12,8 +13,15 @@
 
 namespace keycld {
 
+/// How much a system's constrained quantities (distances, coordinates) may vary over its
+/// initial states (Environment::CheckConstraints) for generation to go on: 1 % of the image
+/// width, about 0.3 px at 32 px. A planar mechanism in a plane facing the camera shows 1e-15.
+inline constexpr double kConstraintTolerance = 0.02;
+
 struct GenerateOptions {
-  EnvName env = EnvName::kPendulum;
+  EnvName env = EnvName::kPendulum;  // a built-in system; ignored when `system` is set
+  /// A system of the user's own (`generate --system FILE`, sim/system.h).
+  std::optional<SystemDescription> system;
   ControlMode control = ControlMode::kNone;
   int runs = 500;
   int frames = 50;
@@ -31,7 +39,9 @@ struct GenerateOptions {
 /// with "under", more workers than runs is fine).
 void ValidateGenerateOptions(const GenerateOptions& options);
 
-/// `<out_dir>/<env>-<control>-<size>px-<runs>x<frames>-seed<seed>.h5`.
+/// The name of the system generated: the description's, or the built-in's.
+std::string GenerateSystemName(const GenerateOptions& options);
+/// `<out_dir>/<system>-<control>-<size>px-<runs>x<frames>-seed<seed>.h5`.
 std::filesystem::path DatasetPath(const GenerateOptions& options);
 
 struct GenerateResult {

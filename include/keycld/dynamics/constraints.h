@@ -11,33 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "keycld/dynamics/constraint_term.h"
 #include "keycld/sim/env_name.h"
 
 namespace keycld {
-
-/// One scalar holonomic constraint Φ_c(x) = 0. Lengths and coordinate values are in normalized
-/// image coordinates.
-struct ConstraintTerm {
-  enum class Kind {
-    /// Φ = x[coordinate] − value (a point on a rail, e.g. the cartpole's y₁ = 0).
-    kFixedCoordinate,
-    /// Φ = ‖p_a‖ − value (a point on a circle around the image centre, the pivot).
-    kFixedDistanceToOrigin,
-    /// Φ = ‖p_a − p_b‖ − value (a rigid link between two points).
-    kFixedDistance,
-  };
-  Kind kind = Kind::kFixedCoordinate;
-  /// State index in [0, 2K) for kFixedCoordinate; keypoint index in [0, K) otherwise.
-  int a = 0;
-  /// Second keypoint index for kFixedDistance; unused (−1) otherwise.
-  int b = -1;
-  /// Coordinate value or length (normalized image coordinates).
-  double value = 0.0;
-
-  static ConstraintTerm FixedCoordinate(int state_index, double value);
-  static ConstraintTerm FixedDistanceToOrigin(int keypoint, double length);
-  static ConstraintTerm FixedDistance(int keypoint_a, int keypoint_b, double length);
-};
 
 /// A set of C holonomic constraints on K keypoints (KeyCLD §4). C may be 0: the
 /// "no constraints" set of the KeyCLD-NC ablation (docs/method.md §9), for which Φ, D and h are
@@ -59,6 +36,8 @@ class HolonomicConstraints {
   ///   pendulum (K = 1): ‖p₁‖ − 0.5;
   ///   cartpole (K = 2): y₁; ‖p₁ − p₂‖ − 0.5;
   ///   acrobot  (K = 2): ‖p₁‖ − 0.3; ‖p₁ − p₂‖ − 0.3.
+  /// The same terms come from the built-in description files (assets/systems/*.toml).
+  /// Throws InputError for EnvName::kCustom (its terms are in the model spec).
   static HolonomicConstraints ForEnvironment(EnvName env);
   /// No constraints (C = 0) on K keypoints: the KeyCLD-NC ablation (docs/method.md §9).
   static HolonomicConstraints None(int num_keypoints);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "keycld/dynamics/constraints.h"
 #include "keycld/dynamics/dynamics.h"
 #include "keycld/dynamics/integrators.h"
 #include "keycld/dynamics/lagrangian.h"
@@ -29,7 +30,12 @@ namespace keycld {
 
 /// What fixes the shapes of a model; stored in every checkpoint.
 struct ModelSpec {
-  EnvName env = EnvName::kPendulum;
+  EnvName env = EnvName::kPendulum;  // kCustom: a description file's system (docs/systems.md)
+  /// The system's name: the built-in's ("" is read as EnvNameString(env)) or the description's.
+  std::string system;
+  /// A custom system's holonomic constraints (from its data set's description); empty for the
+  /// built-ins, whose terms are HolonomicConstraints::ForEnvironment(env).
+  std::vector<ConstraintTerm> constraints;
   int num_keypoints = 1;         // K: pendulum 1, cartpole 2, acrobot 2 (docs/method.md §4)
   int action_dim = 1;            // A: the system's actuators
   int hidden = 32;               // h
@@ -39,11 +45,15 @@ struct ModelSpec {
   std::string model = "keycld";  // the variant's name in the registry (models/registry.h)
 
   /// Throws InputError for inconsistent values (size not a multiple of 4, h not a multiple of
-  /// 8 or smaller than K, an unknown variant, ...).
+  /// 8 or smaller than K, an unknown variant, a constraint outside the K keypoints, ...).
   void Validate() const;
+  /// The system's name (system, or the built-in's name when empty).
+  std::string SystemName() const;
+  /// The system's holonomic constraints (docs/method.md §4): the built-in's or `constraints`.
+  HolonomicConstraints Constraints() const;
 };
 
-/// Number of keypoints of an environment (docs/method.md §4).
+/// Number of keypoints of a built-in system (docs/method.md §4); InputError for kCustom.
 int KeypointCount(EnvName env);
 
 /// Arithmetic of the estimator's and renderer's convolutions (`--precision`). bf16 is autocast

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "keycld/sim/env_name.h"
+#include "keycld/sim/system.h"
 
 namespace keycld {
 
@@ -39,18 +40,30 @@ class Rng {
   std::mt19937_64 engine_;
 };
 
-/// One MuJoCo simulation of a benchmark system. Joint angles are in radians with 0 = pointing
-/// straight up; positions in metres; time in seconds. Not thread-safe; copy it per thread.
+/// One MuJoCo simulation of a system: a built-in one or one from a description file
+/// (sim/system.h). Joint angles are in radians (the built-ins: 0 = pointing straight up);
+/// positions in metres; time in seconds. Not thread-safe; copy it per thread.
 class Environment {
  public:
-  /// Loads `<assets_dir>/<name>.xml`. Throws IoError when the MJCF is missing and
-  /// FormatError when MuJoCo rejects it (the message carries MuJoCo's error).
+  /// The built-in system `name` (assets/systems/<name>.toml), its MJCF from
+  /// `<assets_dir>/<name>.xml`. Throws as the constructor below.
   explicit Environment(EnvName name, const std::filesystem::path& assets_dir = DefaultAssetsDir());
+  /// Loads the description's MJCF and finds its camera and keypoint sites; a constraint's
+  /// point_site becomes its image point (the site must be fixed in the world). Throws IoError
+  /// when the MJCF is missing, FormatError when MuJoCo rejects it (the message carries MuJoCo's
+  /// error) or a named site or camera is missing, and InputError when the description's joint
+  /// and actuator counts disagree with the model's (nq, nv, nu).
+  explicit Environment(const SystemDescription& system);
   Environment(const Environment& other);
   Environment& operator=(const Environment&) = delete;
   ~Environment();
 
+  /// The built-in system, or kCustom.
   EnvName name() const { return name_; }
+  /// The description, its point sites already resolved to image points.
+  const SystemDescription& system() const { return system_; }
+  /// The system's name ("pendulum", or a description's name).
+  const std::string& system_name() const { return system_.name; }
   int nq() const { return model_->nq; }
   int nv() const { return model_->nv; }
   int nu() const { return model_->nu; }
@@ -60,7 +73,8 @@ class Environment {
   /// Sets qpos [nq] and qvel [nv], time 0, action 0, and runs mj_forward.
   /// Throws InputError on a size mismatch.
   void Reset(std::span<const double> qpos, std::span<const double> qvel);
-  /// Draws the initial state of docs/method.md §7 from `rng` and calls Reset.
+  /// Draws the initial state from `rng` (every qpos from its range, then every qvel; the
+  /// built-ins: docs/method.md §7) and calls Reset.
   void ResetRandom(Rng& rng);
   /// Sets the constant control u [nu] (actuator units; torque = gear · u).
   void SetAction(std::span<const double> u);
@@ -84,13 +98,30 @@ class Environment {
   /// Projects a world point (m) to normalized image coordinates as above.
   std::array<double, 2> ProjectToImage(const std::array<double, 3>& world, int size) const;
 
+  /// The description with every constraint length (or line offset, or fixed point) that it
+  /// leaves out measured as the mean over 64 initial states drawn from a fixed stream, in the
+  /// normalized image coordinates of a `size`×`size` render. The state is left reset.
+  SystemDescription ResolveConstraints(int size);
+  /// Checks that the resolved description's constraints hold on the model: over 64 initial
+  /// states from a fixed stream, each term's constrained quantity (a distance, a coordinate,
+  /// n·p) must stay constant within `tolerance` (normalized image coordinates of a
+  /// `size`×`size` render). Its stated value need not equal the projection: as in KeyCLD
+  /// (docs/method.md §4) the estimator learns to place its points where the constraints hold.
+  /// Returns each term's spread (max − min); throws InputError naming the term and the states
+  /// otherwise. The state is left reset.
+  std::vector<double> CheckConstraints(const SystemDescription& resolved, int size,
+                                       double tolerance);
+
   mjModel* model() { return model_; }
   const mjModel* model() const { return model_; }
   mjData* data() { return data_; }
   const mjData* data() const { return data_; }
 
  private:
+  void Load();
+
   EnvName name_;
+  SystemDescription system_;
   mjModel* model_ = nullptr;
   mjData* data_ = nullptr;
   std::vector<int> keypoint_sites_;
@@ -100,9 +131,15 @@ class Environment {
 /// The state grid of docs/method.md §7 for plots: qpos rows (pendulum 16 angles over [−π, π);
 /// cartpole 16×16 over cart [−1, 1) × angle [−π, π); acrobot 16×16 over both angles).
 std::vector<std::vector<double>> StateGrid(EnvName env);
+/// A description's state grid (its [state_grid], last axis fastest); without one, each joint's
+/// initial range with n = max(2, ⌊256^(1/nq)⌋) values per axis.
+std::vector<std::vector<double>> StateGrid(const SystemDescription& system);
 
 /// The constant action of one run (docs/method.md §7): zeros for "none"; otherwise each actuator
 /// U[−2, 2], 20 % of runs all zero, and for "under" the second actuator zero.
 std::vector<double> SampleAction(EnvName env, ControlMode mode, int nu, Rng& rng);
+/// The same for a description: first the zero-run draw (zero_action_fraction), then one draw
+/// per actuator from its range, then the under_zero actuators set to zero.
+std::vector<double> SampleAction(const SystemDescription& system, ControlMode mode, Rng& rng);
 
 }  // namespace keycld

@@ -9,6 +9,7 @@
 
 #include "keycld/data/dataset.h"
 #include "keycld/data/generate.h"
+#include "keycld/models/model.h"
 #include "keycld/train/config.h"
 
 namespace keycld {
@@ -83,6 +84,9 @@ void LoadRuns(const Dataset& data, const std::vector<int64_t>& runs, torch::Tens
 /// environment, control mode, size, runs, frames and seed replace the config's (keycld control
 /// reads the control mode from config.toml; keycld run compares configs through it).
 TrainConfig RecordedConfig(const TrainConfig& config, const DatasetInfo& info);
+/// The system part of a model spec for a data set (env, system, K, a custom system's
+/// constraints from its description); the rest keeps ModelSpec's defaults.
+ModelSpec SpecSystem(const DatasetInfo& info);
 
 /// "cpu", "cuda" or "cuda:N" → a device; InputError for another name or when CUDA is asked
 /// for but this LibTorch sees no CUDA device.
