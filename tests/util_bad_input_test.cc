@@ -137,7 +137,7 @@ TEST(BadInput, DataSetAttributesAreCheckedWhereTheyAreRead) {
   ExpectFormatError(WithAttribute(data, dir / "f.h5", "seed", int64_t(-1)), "'seed'");
   // A pendulum's arrays under a cartpole's name.
   ExpectFormatError(WithAttribute(data, dir / "g.h5", "env", "cartpole"),
-                    "the cartpole has 2 joint(s) and actuator(s), but the attributes say nq 1");
+                    "attribute 'env' = 'cartpole' but attribute 'system' = 'pendulum'");
 }
 
 TEST(BadInput, TimeoutsDoubleSignalStopsGenerationCleanly) {

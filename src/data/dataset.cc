@@ -93,6 +93,10 @@ Dataset Dataset::Open(const std::filesystem::path& path) {
   } catch (const InputError& e) {
     throw FormatError(p + ": " + e.what());
   }
+  if (i.env != EnvName::kCustom && i.system != EnvNameString(i.env)) {
+    throw FormatError(p + ": attribute 'env' = '" + EnvNameString(i.env) +
+                      "' but attribute 'system' = '" + i.system + "'");
+  }
   if (i.env == EnvName::kCustom && i.system_description.empty()) {
     throw FormatError(p + ": a custom system's data set without its 'system_description'");
   }
