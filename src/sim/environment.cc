@@ -167,8 +167,7 @@ void Environment::Load() {
                       "' moves with a body; a constraint's point must be fixed in the world"));
     }
     const double* w = data_->site_xpos + 3 * id;
-    // The image point at the reference size of 64 px (the pixel-centre scale of §2 differs from
-    // other sizes by under 2 %; ResolveConstraints re-measures at the data set's size).
+    // Kept in world coordinates: ResolveConstraints projects it at the data set's image size.
     c.point_world = {w[0], w[1], w[2]};
   }
 }
