@@ -48,6 +48,12 @@ Runner AddPredictCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
     o.device = a->device;
     o.gl = ParseGlBackend(global->gl);
     PredictionOutput r = WritePrediction(o);
+    if (r.limited_to_recording) {
+      std::printf(
+          "note: %d frames, not %d: the data set was imported from video, and ground truth "
+          "beyond the recording's frames needs a simulator\n",
+          r.frames, a->frames);
+    }
     std::printf("model: %s\n", r.model.c_str());
     std::printf(
         "predict: validation run %d (data set run %d): VPT %d frames (%.2f s, eps %.3g); "

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "keycld/data/generate.h"
+#include "keycld/data/video_io.h"
 #include "keycld/dynamics/constraints.h"
 #include "keycld/sim/gl_context.h"
 #include "keycld/sim/offscreen_renderer.h"
@@ -23,6 +24,7 @@ Runner AddInfoCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global
     std::printf("CUDA available: %s", torch::cuda::is_available() ? "yes" : "no");
     if (torch::cuda::is_available()) std::printf(" (%zu devices)", torch::cuda::device_count());
     std::printf("\nMuJoCo %s\n", MujocoVersion().c_str());
+    std::printf("FFmpeg %s\n", FfmpegVersion().c_str());
     std::printf("assets: %s\n", DefaultAssetsDir().c_str());
     std::vector<std::string> attempts;
     auto gl = GlContext::Create(ParseGlBackend(global->gl), &attempts);

@@ -63,5 +63,7 @@ Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
 Runner AddPredictCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
+Runner AddImportCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
+Runner AddExportCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 
 }  // namespace keycld::cli

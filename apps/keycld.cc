@@ -81,7 +81,8 @@ int Run(int argc, char** argv) {
   using Add = cli::Runner (*)(CLI::App&, std::shared_ptr<const cli::GlobalOptions>);
   const Add adders[] = {cli::AddInfoCommand,    cli::AddGenerateCommand,  cli::AddRenderCommand,
                         cli::AddTrainCommand,   cli::AddRunCommand,       cli::AddEvaluateCommand,
-                        cli::AddPredictCommand, cli::AddBenchmarkCommand, cli::AddControlCommand};
+                        cli::AddPredictCommand, cli::AddBenchmarkCommand, cli::AddControlCommand,
+                        cli::AddImportCommand,  cli::AddExportCommand};
   std::vector<std::pair<CLI::App*, cli::Runner>> commands;
   for (Add add : adders) {
     const size_t before = app.get_subcommands({}).size();

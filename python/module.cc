@@ -19,6 +19,7 @@
 #include "keycld/control/controller.h"
 #include "keycld/data/dataset.h"
 #include "keycld/data/generate.h"
+#include "keycld/data/import.h"
 #include "keycld/eval/evaluate.h"
 #include "keycld/eval/predict.h"
 #include "keycld/models/registry.h"
@@ -187,6 +188,7 @@ py::dict InfoDict(const DatasetInfo& i) {
   d["vpt_epsilon"] = i.vpt_epsilon;
   d["train_runs"] = i.train_runs;
   d["validation_runs"] = i.validation_runs;
+  d["source"] = i.source;
   return d;
 }
 
@@ -578,6 +580,53 @@ PYBIND11_MODULE(_keycld, m) {
         });
 
   m.def("dataset_info", [](const fs::path& path) { return InfoDict(Dataset::Open(path).info()); });
+
+  m.def("import_video",
+        [](const std::vector<fs::path>& inputs, const std::string& system, const fs::path& out,
+           int size, int frames, int stride, int skip, const std::vector<int>& crop, double dt,
+           const fs::path& actions, const std::string& control, bool force) {
+          ImportOptions o;
+          o.inputs = inputs;
+          o.system = system;
+          o.out = out;
+          o.size = size;
+          o.frames = frames;
+          o.stride = stride;
+          o.skip = skip;
+          if (!crop.empty()) {
+            if (crop.size() != 3) throw InputError("crop must be (left, top, side)");
+            o.crop = std::array<int, 3>{crop[0], crop[1], crop[2]};
+          }
+          if (dt > 0) o.dt = dt;
+          o.actions = actions;
+          if (!control.empty()) o.control = ParseControlMode(control);
+          o.force = force;
+          o.progress = false;
+          ImportResult r = Interruptible([&] { return ImportDataset(o); });
+          py::dict d;
+          d["path"] = r.path;
+          d["frames_read"] = r.frames_read;
+          d["frames_dropped"] = r.frames_dropped;
+          d["seconds"] = r.seconds;
+          d["info"] = InfoDict(r.info);
+          return d;
+        });
+  m.def("export_video", [](const fs::path& data, const fs::path& out, const std::string& runs,
+                           int scale, int crf, const fs::path& actions) {
+    ExportOptions o;
+    o.data = data;
+    o.out = out;
+    o.runs = runs;
+    o.scale = scale;
+    o.crf = crf;
+    o.actions = actions;
+    ExportResult r = Interruptible([&] { return ExportDataset(o); });
+    py::dict d;
+    d["frames"] = r.frames;
+    d["runs"] = r.runs;
+    d["fps"] = r.fps;
+    return d;
+  });
 
   py::class_<PyRun>(m, "Run")
       .def(py::init([](const fs::path& run, const fs::path& checkpoint, const fs::path& data,

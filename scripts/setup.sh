@@ -16,6 +16,7 @@ PACKAGES=(
   libhdf5-dev                         # data sets
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev  # CLI, configs, metrics
   libstb-dev libgif-dev               # PNG and GIF output
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev  # video import/export (FFmpeg)
   libplplot-dev plplot-driver-cairo   # plots (PNG through cairo)
   libgtest-dev libbenchmark-dev       # tests and benchmarks
   python3-dev python3-torch pybind11-dev python3-pybind11  # the Python module (import keycld)

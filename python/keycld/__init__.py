@@ -40,7 +40,8 @@ from ._keycld import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
-    "Environment", "Run", "generate", "load_run", "train", "evaluate", "dataset_info",
+    "Environment", "Run", "generate", "import_video", "export_video", "load_run", "train",
+    "evaluate", "dataset_info",
     "preset_file", "model_variants", "mujoco_version", "Error", "InputError", "FormatError",
     "IoError", "GlError", "NumericalError",
 ]
@@ -119,6 +120,33 @@ def dataset_info(path):
     Raises IoError (missing) or FormatError (not a keycld data set).
     """
     return _k.dataset_info(_path(path))
+
+
+def import_video(inputs, system, out, size=64, frames=50, stride=1, skip=0, crop=None, dt=None,
+                 actions=None, control=None, force=False):
+    """A data set from video files or folders of PNG frames, as ``keycld import`` does
+    (docs/import.md): each input cropped to a square (``crop`` = (left, top, side) in source
+    pixels, default the largest centred one), scaled to ``size`` pixels, cut into runs of
+    ``frames`` frames; ``dt`` seconds between kept frames (default: stride / the video's rate);
+    ``actions``: a CSV, one row per input frame or per run. The file has no simulator state.
+    Returns {"path", "frames_read", "frames_dropped", "seconds", "info"}. Raises InputError,
+    IoError, FormatError; KeyboardInterrupt on Ctrl-C (nothing is left)."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    return _k.import_video([_path(i) for i in inputs], str(system), _path(out), int(size),
+                           int(frames), int(stride), int(skip),
+                           [int(c) for c in crop] if crop is not None else [],
+                           float(dt) if dt is not None else 0.0,
+                           _path(actions) if actions is not None else "",
+                           control or "", bool(force))
+
+
+def export_video(data, out, runs="all", scale=1, crf=18, actions=None):
+    """Writes a data set's frames as an H.264 video (``out`` ending in .mp4, .mkv, …) or a new
+    folder of PNG frames (``out`` without an extension), as ``keycld export`` does; ``actions``:
+    also a CSV of the actions, one row per frame. Returns {"frames", "runs", "fps"}."""
+    return _k.export_video(_path(data), _path(out), str(runs), int(scale), int(crf),
+                           _path(actions) if actions is not None else "")
 
 
 class Environment:

@@ -17,6 +17,17 @@ SystemDescription DatasetSystem(const DatasetInfo& info) {
   return d;
 }
 
+std::string NeedsSimulatorMessage(const std::string& what, const std::string& file,
+                                  const DatasetInfo& info) {
+  std::string inputs = info.source_files;
+  for (char& c : inputs) {
+    if (c == '\n') c = ',';
+  }
+  return what + " needs a simulator: '" + file + "' was imported from " +
+         (inputs.empty() ? std::string("video") : "'" + inputs + "'") +
+         " and has no joint states (qpos, qvel) or state grid";
+}
+
 int ValidationRunCount(int runs) {
   if (runs < 2) return 0;
   return std::max(1, runs / 10);
@@ -93,6 +104,14 @@ Dataset Dataset::Open(const std::filesystem::path& path) {
   } catch (const InputError& e) {
     throw FormatError(p + ": " + e.what());
   }
+  if (h5::HasAttr(f, "source")) {
+    i.source = h5::ReadStringAttr(f, "source", p);
+    if (i.source != "simulation" && i.source != "import") {
+      throw FormatError(p + ": attribute 'source' = '" + i.source +
+                        "' (expected 'simulation' or 'import')");
+    }
+    if (h5::HasAttr(f, "source_files")) i.source_files = h5::ReadStringAttr(f, "source_files", p);
+  }
   if (i.env != EnvName::kCustom && i.system != EnvNameString(i.env)) {
     throw FormatError(p + ": attribute 'env' = '" + EnvNameString(i.env) +
                       "' but attribute 'system' = '" + i.system + "'");
@@ -159,8 +178,10 @@ Dataset Dataset::Open(const std::filesystem::path& path) {
   OpenChecked(f, "images", H5T_INTEGER, 1, {R, N, S, S, 3}, p);
   OpenChecked(f, "time", H5T_FLOAT, 8, {R, N}, p);
   OpenChecked(f, "action", H5T_FLOAT, 8, {R, N, hsize_t(i.nu)}, p);
-  OpenChecked(f, "qpos", H5T_FLOAT, 8, {R, N, hsize_t(i.nq)}, p);
-  OpenChecked(f, "qvel", H5T_FLOAT, 8, {R, N, hsize_t(i.nv)}, p);
+  if (i.has_state()) {
+    OpenChecked(f, "qpos", H5T_FLOAT, 8, {R, N, hsize_t(i.nq)}, p);
+    OpenChecked(f, "qvel", H5T_FLOAT, 8, {R, N, hsize_t(i.nv)}, p);
+  }
   OpenChecked(f, "mean_image", H5T_FLOAT, 4, {S, S, 3}, p);
   OpenChecked(f, "split/train", H5T_INTEGER, 8, {hsize_t(i.train_runs)}, p);
   OpenChecked(f, "split/validation", H5T_INTEGER, 8, {hsize_t(i.validation_runs)}, p);
@@ -213,9 +234,15 @@ std::vector<double> Dataset::ReadAction(int run) const {
   return ReadRunSlab<double>(h_->file, "action", H5T_NATIVE_DOUBLE, run, info_, path_.string());
 }
 std::vector<double> Dataset::ReadQpos(int run) const {
+  if (!info_.has_state()) {
+    throw InputError(NeedsSimulatorMessage("the joint positions", path_.string(), info_));
+  }
   return ReadRunSlab<double>(h_->file, "qpos", H5T_NATIVE_DOUBLE, run, info_, path_.string());
 }
 std::vector<double> Dataset::ReadQvel(int run) const {
+  if (!info_.has_state()) {
+    throw InputError(NeedsSimulatorMessage("the joint velocities", path_.string(), info_));
+  }
   return ReadRunSlab<double>(h_->file, "qvel", H5T_NATIVE_DOUBLE, run, info_, path_.string());
 }
 std::vector<float> Dataset::ReadMeanImage() const {
@@ -228,11 +255,17 @@ std::vector<int64_t> Dataset::ValidationRuns() const {
   return ReadAll<int64_t>(h_->file, "split/validation", H5T_NATIVE_INT64, path_.string());
 }
 std::vector<double> Dataset::ReadGridQpos(int* count) const {
+  if (!info_.has_state()) {
+    throw InputError(NeedsSimulatorMessage("the state grid", path_.string(), info_));
+  }
   auto q = ReadAll<double>(h_->file, "grid/qpos", H5T_NATIVE_DOUBLE, path_.string());
   if (count) *count = info_.nq > 0 ? int(q.size()) / info_.nq : 0;
   return q;
 }
 std::vector<uint8_t> Dataset::ReadGridImages() const {
+  if (!info_.has_state()) {
+    throw InputError(NeedsSimulatorMessage("the state grid", path_.string(), info_));
+  }
   return ReadAll<uint8_t>(h_->file, "grid/images", H5T_NATIVE_UINT8, path_.string());
 }
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include "dataset_writer.h"
 #include "hdf5.h"
 #include "keycld/sim/offscreen_renderer.h"
 #include "keycld/util/atomic_file.h"
@@ -328,186 +329,31 @@ bool ReuseExisting(const GenerateOptions& o, GenerateResult* result) {
   return true;
 }
 
-// Exact per-pixel sums over all frames, for the mean image and the VPT threshold ε (§8).
-// Integer sums are exact, so the result does not depend on the order runs arrive in.
-class PixelStatistics {
- public:
-  explicit PixelStatistics(size_t pixels) : sum_(pixels, 0), sum_sq_(pixels, 0) {}
-  void AddFrames(const uint8_t* frames, int count) {
-    const size_t P = sum_.size();
-    for (int t = 0; t < count; ++t) {
-      const uint8_t* f = frames + size_t(t) * P;
-      for (size_t q = 0; q < P; ++q) {
-        sum_[q] += f[q];
-        sum_sq_[q] += uint64_t(f[q]) * f[q];
-      }
-    }
-    frames_ += count;
+// A worker's run message: images, then time, action, qpos and qvel per frame.
+void WriteRunMessage(DatasetWriter& writer, const DatasetHeader& h, hsize_t i,
+                     const std::vector<char>& payload) {
+  const size_t N = size_t(h.frames), P = size_t(h.size) * h.size * 3;
+  if (payload.size() != P * N + sizeof(double) * N * (1 + h.nu + h.nq + h.nv)) {
+    throw IoError("a render worker sent a malformed run");
   }
-  // The mean image in [0, 1] (mean over runs of each run's time average = mean over all
-  // frames) and ε = mean over runs of the per-pixel MSE to it, in [0, 1]² units.
-  std::vector<float> MeanImage() const {
-    std::vector<float> mean(sum_.size());
-    for (size_t p = 0; p < sum_.size(); ++p) mean[p] = float(double(sum_[p]) / frames_ / 255.0);
-    return mean;
-  }
-  double Epsilon() const {
-    double sq_err = 0;
-    for (size_t p = 0; p < sum_.size(); ++p) {
-      const double m = double(sum_[p]) / frames_;
-      sq_err += double(sum_sq_[p]) - 2.0 * m * double(sum_[p]) + frames_ * m * m;
-    }
-    return sq_err / (frames_ * double(sum_.size())) / (255.0 * 255.0);
-  }
+  const uint8_t* images = reinterpret_cast<const uint8_t*>(payload.data());
+  const double* time = reinterpret_cast<const double*>(payload.data() + P * N);
+  const double* action = time + N;
+  const double* qpos = action + N * size_t(h.nu);
+  const double* qvel = qpos + N * size_t(h.nq);
+  writer.WriteRun(i, images, time, action, qpos, qvel);
+}
 
- private:
-  std::vector<uint64_t> sum_, sum_sq_;
-  double frames_ = 0;
-};
-
-// The HDF5 file of a data set (format: dataset.h) under construction at `path` (the atomic
-// file's temporary): runs and grid images arrive in any order, then Finish writes the
-// statistics, the split and the attributes and closes every handle.
-class DatasetWriter {
- public:
-  DatasetWriter(const fs::path& path, const fs::path& target, const GenerateOptions& o,
-                const Environment& prototype, std::string description, int grid_size)
-      : target_(target),
-        o_(o),
-        env_(prototype.name()),
-        system_(prototype.system_name()),
-        description_(std::move(description)),
-        nq_(prototype.nq()),
-        nv_(prototype.nv()),
-        nu_(prototype.nu()),
-        dt_(prototype.timestep()),
-        stats_(size_t(o.size) * o.size * 3) {
-    path_ = path;
-    file_ = h5::Check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                      "cannot create HDF5 file '" + path.string() + "'");
-    const hsize_t R = o.runs, N = o.frames, S = o.size, G = hsize_t(grid_size);
-    images_ = h5::CreateDataset(file_, "images", H5T_STD_U8LE, {R, N, S, S, 3}, {1, N, S, S, 3}, 4);
-    time_ = h5::CreateDataset(file_, "time", H5T_IEEE_F64LE, {R, N}, {}, 0);
-    action_ = h5::CreateDataset(file_, "action", H5T_IEEE_F64LE, {R, N, hsize_t(nu_)}, {}, 0);
-    qpos_ = h5::CreateDataset(file_, "qpos", H5T_IEEE_F64LE, {R, N, hsize_t(nq_)}, {}, 0);
-    qvel_ = h5::CreateDataset(file_, "qvel", H5T_IEEE_F64LE, {R, N, hsize_t(nv_)}, {}, 0);
-    grid_ = h5::Check(H5Gcreate2(file_, "grid", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                      "cannot create group grid");
-    grid_images_ = h5::CreateDataset(grid_, "images", H5T_STD_U8LE, {G, S, S, 3}, {1, S, S, 3}, 4);
-    grid_qpos_ = h5::CreateDataset(grid_, "qpos", H5T_IEEE_F64LE, {G, hsize_t(nq_)}, {}, 0);
+// A state-grid image's message: the image, then its qpos.
+void WriteGridMessage(DatasetWriter& writer, const DatasetHeader& h, hsize_t g,
+                      const std::vector<char>& payload) {
+  const size_t P = size_t(h.size) * h.size * 3;
+  if (payload.size() != P + sizeof(double) * size_t(h.nq)) {
+    throw IoError("a render worker sent a malformed grid image");
   }
-
-  // A run's message from a worker: images, then time, action, qpos and qvel per frame.
-  void WriteRun(hsize_t i, const std::vector<char>& payload) {
-    const hsize_t N = o_.frames, S = o_.size;
-    const size_t P = size_t(S) * S * 3;
-    if (payload.size() != P * N + sizeof(double) * N * (1 + nu_ + nq_ + nv_)) {
-      throw IoError("a render worker sent a malformed run");
-    }
-    const uint8_t* images = reinterpret_cast<const uint8_t*>(payload.data());
-    const double* time = reinterpret_cast<const double*>(payload.data() + P * N);
-    const double* action = time + N;
-    const double* qpos = action + N * nu_;
-    const double* qvel = qpos + N * nq_;
-    h5::WriteSlab(images_, H5T_NATIVE_UINT8, images, {i, 0, 0, 0, 0}, {1, N, S, S, 3}, "images");
-    h5::WriteSlab(time_, H5T_NATIVE_DOUBLE, time, {i, 0}, {1, N}, "time");
-    h5::WriteSlab(action_, H5T_NATIVE_DOUBLE, action, {i, 0, 0}, {1, N, hsize_t(nu_)}, "action");
-    h5::WriteSlab(qpos_, H5T_NATIVE_DOUBLE, qpos, {i, 0, 0}, {1, N, hsize_t(nq_)}, "qpos");
-    h5::WriteSlab(qvel_, H5T_NATIVE_DOUBLE, qvel, {i, 0, 0}, {1, N, hsize_t(nv_)}, "qvel");
-    stats_.AddFrames(images, o_.frames);
-  }
-
-  // A state-grid image's message: the image, then its qpos.
-  void WriteGridImage(hsize_t g, const std::vector<char>& payload) {
-    const hsize_t S = o_.size;
-    const size_t P = size_t(S) * S * 3;
-    if (payload.size() != P + sizeof(double) * nq_) {
-      throw IoError("a render worker sent a malformed grid image");
-    }
-    h5::WriteSlab(grid_images_, H5T_NATIVE_UINT8, payload.data(), {g, 0, 0, 0}, {1, S, S, 3},
-                  "grid/images");
-    h5::WriteSlab(grid_qpos_, H5T_NATIVE_DOUBLE, payload.data() + P, {g, 0}, {1, hsize_t(nq_)},
-                  "grid/qpos");
-  }
-
-  void Finish(const std::string& gl_backend, const std::string& gl_renderer) {
-    const hsize_t S = o_.size;
-    h5::Id mean = h5::CreateDataset(file_, "mean_image", H5T_IEEE_F32LE, {S, S, 3}, {}, 0);
-    const std::vector<float> mean_image = stats_.MeanImage();
-    h5::WriteSlab(mean, H5T_NATIVE_FLOAT, mean_image.data(), {0, 0, 0}, {S, S, 3}, "mean_image");
-    mean.Reset();
-    WriteSplit();
-    WriteAttributes(gl_backend, gl_renderer);
-    // Close every handle before the rename; closing flushes the chunk caches, so each close
-    // can be the write that fails.
-    for (h5::Id* id :
-         {&images_, &time_, &action_, &qpos_, &qvel_, &grid_images_, &grid_qpos_, &grid_}) {
-      if (H5Idec_ref(id->Release()) < 0) Fail();
-    }
-    if (H5Fclose(file_.Release()) < 0) Fail();
-  }
-
-  // The error of a failed write to the data set at `target` (the name it will have).
-  [[noreturn]] void Fail() const {
-    const int err = h5::LastErrno();
-    if (err != 0) throw IoError(WriteFailure(target_, err));
-    throw IoError("cannot write data set '" + target_.string() + "': HDF5 write failed");
-  }
-
- private:
-  // The last ValidationRunCount(R) runs validate, the others train (§7).
-  void WriteSplit() {
-    const int R = o_.runs, V = ValidationRunCount(R);
-    std::vector<int64_t> train, validation;
-    for (int r = 0; r < R; ++r) (r < R - V ? train : validation).push_back(r);
-    h5::Id split = h5::Check(H5Gcreate2(file_, "split", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                             "cannot create group split");
-    h5::Id d_train = h5::CreateDataset(split, "train", H5T_STD_I64LE, {hsize_t(R - V)}, {}, 0);
-    h5::Id d_val = h5::CreateDataset(split, "validation", H5T_STD_I64LE, {hsize_t(V)}, {}, 0);
-    if (R - V > 0) {
-      h5::WriteSlab(d_train, H5T_NATIVE_INT64, train.data(), {0}, {hsize_t(R - V)}, "split/train");
-    }
-    if (V > 0) {
-      h5::WriteSlab(d_val, H5T_NATIVE_INT64, validation.data(), {0}, {hsize_t(V)},
-                    "split/validation");
-    }
-  }
-
-  void WriteAttributes(const std::string& gl_backend, const std::string& gl_renderer) {
-    const int R = o_.runs, V = ValidationRunCount(R);
-    h5::WriteAttr(file_, "format", std::string(kDatasetFormatName));
-    h5::WriteAttr(file_, "format_version", int64_t(kDatasetFormatVersion));
-    h5::WriteAttr(file_, "env", EnvNameString(env_));
-    h5::WriteAttr(file_, "system", system_);
-    h5::WriteAttr(file_, "system_description", description_);
-    h5::WriteAttr(file_, "control", ControlModeString(o_.control));
-    h5::WriteAttr(file_, "runs", int64_t(R));
-    h5::WriteAttr(file_, "frames", int64_t(o_.frames));
-    h5::WriteAttr(file_, "size", int64_t(o_.size));
-    h5::WriteAttr(file_, "seed", int64_t(o_.seed));
-    h5::WriteAttr(file_, "nq", int64_t(nq_));
-    h5::WriteAttr(file_, "nv", int64_t(nv_));
-    h5::WriteAttr(file_, "nu", int64_t(nu_));
-    h5::WriteAttr(file_, "dt", dt_);
-    h5::WriteAttr(file_, "vpt_epsilon", stats_.Epsilon());
-    h5::WriteAttr(file_, "train_runs", int64_t(R - V));
-    h5::WriteAttr(file_, "validation_runs", int64_t(V));
-    h5::WriteAttr(file_, "mujoco_version", MujocoVersion());
-    h5::WriteAttr(file_, "keycld_version", std::string(KEYCLD_VERSION));
-    h5::WriteAttr(file_, "gl_backend", gl_backend);
-    h5::WriteAttr(file_, "gl_renderer", gl_renderer);
-  }
-
-  const fs::path target_;
-  const GenerateOptions& o_;
-  const EnvName env_;
-  const std::string system_, description_;
-  const int nq_, nv_, nu_;
-  const double dt_;
-  PixelStatistics stats_;
-  fs::path path_;
-  h5::Id file_, images_, time_, action_, qpos_, qvel_, grid_, grid_images_, grid_qpos_;
-};
+  writer.WriteGridImage(g, reinterpret_cast<const uint8_t*>(payload.data()),
+                        reinterpret_cast<const double*>(payload.data() + P));
+}
 
 }  // namespace
 
@@ -539,7 +385,21 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   WorkerPool pool(WorkerJob{&o, &prototype, &grid, 0, workers, total_items});
   AtomicFile out(result.path);
-  DatasetWriter writer(out.temp_path(), out.target(), o, prototype, description, int(grid.size()));
+  DatasetHeader header_attrs;
+  header_attrs.env = prototype.name();
+  header_attrs.system = prototype.system_name();
+  header_attrs.description = description;
+  header_attrs.control = o.control;
+  header_attrs.runs = o.runs;
+  header_attrs.frames = o.frames;
+  header_attrs.size = o.size;
+  header_attrs.seed = o.seed;
+  header_attrs.nq = prototype.nq();
+  header_attrs.nv = prototype.nv();
+  header_attrs.nu = prototype.nu();
+  header_attrs.dt = prototype.timestep();
+  header_attrs.grid_size = int(grid.size());
+  DatasetWriter writer(out.temp_path(), out.target(), header_attrs);
   ProgressBar bar("generate " + GenerateSystemName(o) + "/" + ControlModeString(o.control),
                   int64_t(R) * o.frames, "frames", o.progress && ::isatty(2));
   std::string gl_backend, gl_renderer;
@@ -560,11 +420,11 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
     }
     try {
       if (header.index < R) {
-        writer.WriteRun(hsize_t(header.index), payload);
+        WriteRunMessage(writer, header_attrs, hsize_t(header.index), payload);
         frames_done += o.frames;
         bar.Update(frames_done);
       } else {
-        writer.WriteGridImage(hsize_t(header.index - R), payload);
+        WriteGridMessage(writer, header_attrs, hsize_t(header.index - R), payload);
       }
     } catch (const IoError& e) {
       throw IoError("data set '" + out.target().string() + "': " + e.what());
@@ -575,7 +435,7 @@ GenerateResult GenerateDataset(const GenerateOptions& o) {
   bar.Finish();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.frames_per_second = double(R) * o.frames / result.seconds;
-  writer.Finish(gl_backend, gl_renderer);
+  writer.Finish(gl_backend, gl_renderer, MujocoVersion());
   // Check the finished file before it replaces anything.
   result.info = Dataset::Open(out.temp_path()).info();
   out.Commit();

@@ -111,22 +111,37 @@ VptResult ScoreValidationRuns(TrainedRun& run, const torch::Tensor& images,
   return ValidPredictionTime(run.model, images, actions, vo);
 }
 
-// Estimates of the state-grid images, their constraint residuals and the potential fit.
-GridData AnalyseGrid(TrainedRun& run, EvaluationReport* report) {
+// Estimates of the state-grid images, their constraint residuals and the potential fit. A data
+// set imported from video has no grid (no simulator): the first frames of the validation runs
+// `images` [V, T, S, S, 3] stand in for the residuals and the learned potential's range, and
+// the fits against the simulator are n/a.
+GridData AnalyseGrid(TrainedRun& run, const torch::Tensor& images, EvaluationReport* report) {
   torch::NoGradGuard no_grad;
   Model& model = run.model;
   const ModelSpec& spec = model->spec();
   const DatasetInfo& info = run.data->info();
   GridData g;
-  g.qpos = run.data->ReadGridQpos(&g.count);
-  std::vector<uint8_t> bytes = run.data->ReadGridImages();
-  torch::Tensor images =
-      torch::from_blob(bytes.data(), {g.count, info.size, info.size, 3}, torch::kUInt8);
-  g.x = model->Encode(ImagesToFloat(images, model->device())).keypoints.reshape({g.count, -1});
+  std::vector<uint8_t> bytes;
+  torch::Tensor grid_images;
+  if (info.has_state()) {
+    g.qpos = run.data->ReadGridQpos(&g.count);
+    bytes = run.data->ReadGridImages();
+    grid_images = torch::from_blob(bytes.data(), {g.count, info.size, info.size, 3}, torch::kUInt8);
+  } else {
+    grid_images = images.select(1, 0).contiguous();
+  }
+  const int64_t n = grid_images.size(0);
+  g.x = model->Encode(ImagesToFloat(grid_images, model->device())).keypoints.reshape({n, -1});
   torch::Tensor phi = spec.Constraints().Phi(g.x.to(torch::kCPU, torch::kFloat64));
   report->constraint_rms = phi.square().mean().sqrt().item<double>();
   report->constraint_max = phi.abs().max().item<double>();
   if (report->has_energy) g.v_learned = ToVector(model->Potential(g.x));
+  report->potential_r2 = report->potential_scale = std::nan("");
+  report->dynamics.acceleration.scale = report->dynamics.acceleration.r2 = std::nan("");
+  if (!info.has_state()) {
+    g.x = torch::Tensor();
+    return g;
+  }
   Environment env(DatasetSystem(info));
   const std::vector<double> zero_qvel(size_t(env.nv()), 0.0);
   g.v_true.resize(size_t(g.count));
@@ -137,14 +152,10 @@ GridData AnalyseGrid(TrainedRun& run, EvaluationReport* report) {
   }
   if (report->has_energy) {
     std::tie(report->potential_r2, report->potential_scale) = AffineFit(g.v_true, g.v_learned);
-  } else {
-    report->potential_r2 = report->potential_scale = std::nan("");
   }
-  if (env.name() == EnvName::kCustom) {
-    // The map from keypoints to a custom system's joints is not known (diagnostics.h): no
-    // acceleration check.
-    report->dynamics.acceleration.scale = report->dynamics.acceleration.r2 = std::nan("");
-  } else {
+  // The map from keypoints to a custom system's joints is not known (diagnostics.h): no
+  // acceleration check.
+  if (env.name() != EnvName::kCustom) {
     report->dynamics =
         DiagnoseDynamics(model, env, g.x, g.qpos, info.control != ControlMode::kNone);
   }
@@ -495,6 +506,18 @@ void WriteEvaluationJson(const EvaluationReport& report, const TrainedRun& run,
   WriteTextAtomically(out / "evaluation.json", j.dump(2) + "\n");
 }
 
+// Where the constraint residuals were measured.
+std::string ResidualStates(const EvaluationReport& r) {
+  return r.has_simulator ? "the state grid" : "the validation runs' first frames";
+}
+
+// The R² of the learned potential against the simulator's, or why there is none.
+std::string PotentialFit(const EvaluationReport& r) {
+  if (std::isfinite(r.potential_r2)) return "R² " + Fixed(r.potential_r2, 3);
+  if (!r.has_simulator) return "n/a (needs a simulator: imported data set)";
+  return "n/a";
+}
+
 void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& run,
                              const EvaluateOptions& options, const std::string& energy_error,
                              const fs::path& out) {
@@ -523,11 +546,11 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
     md << (k ? ", " : "") << Sci(report.masses[k]);
   }
   md << " |\n"
-     << "| constraint residual of the estimates on the state grid | RMS "
+     << "| constraint residual of the estimates on " << ResidualStates(report) << " | RMS "
      << Sci(report.constraint_rms) << ", max " << Sci(report.constraint_max)
      << " (normalized image units) |\n"
-     << "| learned V vs the simulator's potential (R² of an affine fit) | "
-     << Fixed(report.potential_r2, 3) << " |\n"
+     << "| learned V vs the simulator's potential (R² of an affine fit) | " << PotentialFit(report)
+     << " |\n"
      << "| learned energy variation along a " << options.energy_frames
      << "-frame unactuated rollout (relative to V's range over the grid) | "
      << (std::isfinite(report.energy_relative_variation) ? Sci(report.energy_relative_variation)
@@ -546,6 +569,7 @@ void FillRunFacts(const TrainedRun& run, const EvaluateOptions& options, Evaluat
   report->control = ControlModeString(run.data->info().control);
   report->model = spec.model;
   report->has_energy = run.model->HasEnergy();
+  report->has_simulator = run.data->info().has_state();
   report->solver = IntegratorMethodString(options.method);
   report->run_dir = run.run_dir;
   report->checkpoint = run.checkpoint;
@@ -573,7 +597,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   report.rollouts = DiagnoseRollouts(run.model, images, report.vpt, report.epsilon);
   if (report.has_energy) report.masses = ToVector(run.model->MassScalars());
 
-  const GridData grid = AnalyseGrid(run, &report);
+  const GridData grid = AnalyseGrid(run, images, &report);
   const EnergyTrace energy = EnergyRollout(run, images, grid, options, &report);
 
   const fs::path out = options.out_dir.empty() ? run.run_dir / "report" : options.out_dir;
@@ -582,7 +606,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
     PlotErrors(report, out);
     report.files = {out / "mse.png", out / "keypoint_error.png", out / "vpt_per_run.png"};
     PlotTraining(run.run_dir, run.config.val_runs, out, &report.files);
-    if (report.has_energy) {
+    if (report.has_energy && grid.count > 0) {
       PlotPotential(report, run.model->spec().env, grid, run.data_file, out / "potential.png");
       report.files.push_back(out / "potential.png");
     }
@@ -689,7 +713,7 @@ std::vector<CheckpointRow> EvaluateCheckpoints(const EvaluateOptions& options) {
     row.rollouts = DiagnoseRollouts(run.model, images, row.vpt, run.data->info().vpt_epsilon);
     EvaluationReport scratch;
     FillRunFacts(run, options, &scratch);
-    AnalyseGrid(run, &scratch);
+    AnalyseGrid(run, images, &scratch);
     row.dynamics = scratch.dynamics;
     rows.push_back(std::move(row));
     std::printf("  %s: VPT %.2f ± %.2f, acceleration scale %.3f\n", file.filename().c_str(),
@@ -713,10 +737,10 @@ std::string FormatEvaluationSummary(const EvaluationReport& r) {
     << (r.mse_mean.empty() ? "-" : Sci(r.mse_mean.back()))
     << " (mean over runs; - = no such frame)\n"
     << "  constraint residual    RMS " << Sci(r.constraint_rms) << ", max " << Sci(r.constraint_max)
-    << " on the state grid\n"
+    << " on " << ResidualStates(r) << "\n"
     << "  masses m_k             ";
   for (size_t k = 0; k < r.masses.size(); ++k) s << (k ? ", " : "") << Sci(r.masses[k]);
-  s << "\n  V vs true potential    R² " << Fixed(r.potential_r2, 3) << "\n"
+  s << "\n  V vs true potential    " << PotentialFit(r) << "\n"
     << "  energy variation       "
     << (std::isfinite(r.energy_relative_variation) ? Sci(r.energy_relative_variation) : "n/a")
     << " of V's range\n"
@@ -725,7 +749,9 @@ std::string FormatEvaluationSummary(const EvaluationReport& r) {
             ? Fixed(r.dynamics.acceleration.scale, 3) + " (R² " +
                   Fixed(r.dynamics.acceleration.r2, 3) +
                   "; learned / true at the grid states, 1 = right)"
-            : std::string("n/a (needs the map from keypoints to joints: built-in systems only)"))
+            : std::string(r.has_simulator ? "n/a (needs the map from keypoints to joints: "
+                                            "built-in systems only)"
+                                          : "n/a (needs a simulator: imported data set)"))
     << "\n"
     << "  VPT, perfect dynamics  " << Fixed(r.rollouts.reconstruction_vpt.mean, 2)
     << " (renderer and estimator alone); failures: " << r.rollouts.failures_dynamics

@@ -326,7 +326,10 @@ PredictionOutput WritePrediction(const PredictOptions& o) {
   PredictionOutput r;
   r.model = DescribeModel(run.model->spec());
   r.dataset_run = int(run.data->ValidationRuns()[size_t(o.run)]);
-  r.frames = o.frames;
+  // Without a simulator (a data set imported from video) the ground truth ends with the
+  // recording's frames.
+  r.frames = info.has_state() ? o.frames : std::min(o.frames, info.frames);
+  r.limited_to_recording = r.frames < o.frames;
   r.dt = info.dt;
   r.epsilon = info.vpt_epsilon;
   std::vector<uint8_t> truth = GroundTruthFrames(*run.data, o.gl, &r);
@@ -334,7 +337,7 @@ PredictionOutput WritePrediction(const PredictOptions& o) {
   const torch::Tensor predicted = PredictFromFirstFrames(run.model, run, truth, &r);
   CheckInterrupt();
 
-  ProgressBar bar("predict", 2 * int64_t(o.frames), "frames", o.progress && ::isatty(2));
+  ProgressBar bar("predict", 2 * int64_t(r.frames), "frames", o.progress && ::isatty(2));
   const ScoredFrames scored = ScoreFrames(run.model, truth, predicted, info.size, device, bar, &r);
   const fs::path out_dir = o.out_dir.empty() ? o.run_dir / "report" : o.out_dir;
   const std::string stem = "predict-run" + std::to_string(o.run);

@@ -139,3 +139,19 @@ def test_a_system_description_file_simulates_and_generates(tmp_path):
     with h5py.File(r["path"]) as f:
         assert f.attrs["system"] == "double_pendulum"
         assert "distance_to_point" in f.attrs["system_description"]
+
+
+def test_import_video_reads_back_an_exported_data_set(tmp_path):
+    # PNG frames are lossless: the imported frames are the generated ones, with no joint states.
+    r = keycld.generate("pendulum", runs=4, frames=5, size=16, out=tmp_path, workers=1)
+    e = keycld.export_video(r["path"], tmp_path / "frames")
+    assert (e["frames"], e["runs"]) == (20, 4)
+    imported = keycld.import_video(tmp_path / "frames", "pendulum", tmp_path / "imported.h5",
+                                   size=16, frames=5, dt=r["info"]["dt"])
+    assert imported["info"]["source"] == "import" and imported["info"]["runs"] == 4
+    with h5py.File(r["path"]) as a, h5py.File(imported["path"]) as b:
+        assert (a["images"][:] == b["images"][:]).all()
+        assert "qpos" not in b
+    with pytest.raises(keycld.InputError, match="at least 2 are needed"):
+        keycld.import_video(tmp_path / "frames", "pendulum", tmp_path / "x.h5", size=16,
+                            frames=15, dt=0.02)

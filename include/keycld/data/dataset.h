@@ -11,7 +11,8 @@
 // user's own), system (its name), system_description (the resolved description file, TOML;
 // absent in files written before descriptions existed), control, runs, frames,
 // size, seed, dt, vpt_epsilon, train_runs, validation_runs, mujoco_version, keycld_version,
-// gl_backend, gl_renderer.
+// gl_backend, gl_renderer; data sets imported from video (data/import.h) add source ("import")
+// and source_files, and have no /qpos, /qvel or /grid.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +42,18 @@ struct DatasetInfo {
   int train_runs = 0, validation_runs = 0;
   int format_version = 0;
   std::string mujoco_version, keycld_version, gl_backend, gl_renderer;
+  std::string source = "simulation";  // "import": frames from a video or PNG folder
+  std::string source_files;           // import: the input files, one per line
+
+  /// Whether the file holds the simulator's state (qpos, qvel, state grid): simulated data
+  /// sets do, imported ones do not.
+  bool has_state() const { return source == "simulation"; }
 };
+
+/// The message for what needs the simulator's state on a data set imported from video:
+/// "<what> needs a simulator: '<file>' was imported from <inputs> and has no joint states".
+std::string NeedsSimulatorMessage(const std::string& what, const std::string& file,
+                                  const DatasetInfo& info);
 
 /// The system of a data set: its stored description, or the built-in one for files written
 /// before descriptions were stored. Throws FormatError/InputError for a bad description.
@@ -66,7 +78,8 @@ class Dataset {
 
   /// Frames of one run: uint8 [frames, H, W, 3]. Throws InputError for a bad index.
   std::vector<uint8_t> ReadImages(int run) const;
-  /// Ground truth of one run: [frames], [frames, nu], [frames, nq], [frames, nv].
+  /// Ground truth of one run: [frames], [frames, nu], [frames, nq], [frames, nv]. ReadQpos and
+  /// ReadQvel throw InputError (NeedsSimulatorMessage) on an imported data set.
   std::vector<double> ReadTime(int run) const;
   std::vector<double> ReadAction(int run) const;
   std::vector<double> ReadQpos(int run) const;
@@ -75,7 +88,8 @@ class Dataset {
   std::vector<float> ReadMeanImage() const;
   std::vector<int64_t> TrainRuns() const;
   std::vector<int64_t> ValidationRuns() const;
-  /// State grid: qpos [G, nq] and images [G, H, W, 3]; G returned in `count`.
+  /// State grid: qpos [G, nq] and images [G, H, W, 3]; G returned in `count`. InputError on an
+  /// imported data set.
   std::vector<double> ReadGridQpos(int* count) const;
   std::vector<uint8_t> ReadGridImages() const;
 

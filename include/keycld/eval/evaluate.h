@@ -43,6 +43,9 @@ struct EvaluationReport {
   // affine fit V_learned ≈ a·V_true + b (1 = same shape), and the fitted scale a.
   double potential_r2 = 0, potential_scale = 0;
   bool has_energy = true;  // false for models without V and M (NODE2)
+  // False for a data set imported from video: no state grid (the residuals are taken on the
+  // validation runs' first frames), no simulator potential, no acceleration check.
+  bool has_simulator = true;
   // Total learned energy along an unactuated rollout of energy_frames frames from validation
   // run 0: (max − min) / (max − min of V over the state grid).
   double energy_relative_variation = 0;

@@ -33,9 +33,12 @@ struct PredictionOutput {
   int frames = 0;            // F
   int stored_frames = 0;     // ground-truth frames read from the data set (min(F, N))
   int simulated_frames = 0;  // ground-truth frames re-simulated beyond them (F − N when F > N)
-  double dt = 0;             // frame interval (s)
-  double epsilon = 0;        // VPT threshold: the data set's vpt_epsilon
-  int vpt = 0;  // first frame whose MSE exceeds ε (F − 1 if none), docs/method.md §8
+  /// True when F was cut to the N recorded frames: a data set imported from video has no
+  /// simulator to continue the ground truth.
+  bool limited_to_recording = false;
+  double dt = 0;       // frame interval (s)
+  double epsilon = 0;  // VPT threshold: the data set's vpt_epsilon
+  int vpt = 0;         // first frame whose MSE exceeds ε (F − 1 if none), docs/method.md §8
   std::vector<double> mse;  // [F] per-pixel MSE of each predicted frame (images in [0, 1])
   int64_t accepted_steps = 0, rejected_steps = 0;  // Dormand–Prince
   double seconds = 0;                              // wall time
