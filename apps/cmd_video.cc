@@ -92,6 +92,7 @@ Runner AddExportCommand(CLI::App& app, std::shared_ptr<const GlobalOptions>) {
   cmd->add_option("--crf", o->crf, "H.264 quality: 0 lossless … 51 worst (18 ≈ visually lossless)")
       ->capture_default_str();
   cmd->add_option("--actions", *actions, "Also write the actions as CSV, one row per frame");
+  cmd->add_flag("--force", o->force, "Replace an existing video or CSV file");
   return [o, data, out, actions] {
     ExportOptions e = *o;
     e.data = *data;

@@ -10,6 +10,8 @@
 #include "keycld/data/dataset.h"
 #include "keycld/data/import.h"
 #include "keycld/data/video_io.h"
+#include "keycld/sim/environment.h"
+#include "keycld/sim/system.h"
 #include "keycld/util/image_io.h"
 #include "test_util.h"
 #include "tiny_fixtures.h"
@@ -279,6 +281,77 @@ TEST_F(ImportTest, BadInputsGetOneClearErrorAndNoFile) {
   EXPECT_EQ(testing::ReadText(o.out), "keep me");
 }
 
+// What a hostile user tried (each once crashed, lost a file or was silently accepted).
+TEST_F(ImportTest, HostileInputsAreRefusedAndLoseNothing) {
+  ExportOptions e;
+  e.data = *data_;
+  e.out = *dir_ / "hostile_frames/";  // a trailing slash names the folder
+  ExportDataset(e);
+  ASSERT_TRUE(fs::is_directory(*dir_ / "hostile_frames"));
+  ImportOptions o = Options(*dir_ / "hostile_frames", "hostile.h5");
+  o.dt = 0.02;
+  // A crop whose right edge overflows an int (it crashed).
+  o.crop = std::array<int, 3>{2147483647, 0, 10};
+  ExpectError<InputError>([&] { ImportDataset(o); }, "leaves the 16×16 frames");
+  o.crop.reset();
+  // The same input twice would copy training runs into the validation runs.
+  o.inputs = {*dir_ / "hostile_frames", *dir_ / "hostile_frames"};
+  ExpectError<InputError>([&] { ImportDataset(o); }, "given twice");
+  o.inputs = {*dir_ / "hostile_frames"};
+  // Actions with "none", a header that hides a typo, a trailing comma, hex.
+  std::ofstream(*dir_ / "per_run_ok.csv") << "\xEF\xBB\xBFu1\n0\n1\n2\n3\n4\n5\n";
+  o.actions = *dir_ / "per_run_ok.csv";
+  o.control = ControlMode::kNone;
+  ExpectError<InputError>([&] { ImportDataset(o); }, "--control none takes no actions");
+  o.control.reset();
+  EXPECT_NO_THROW(ImportDataset(o));  // the BOM'd header is a header
+  o.force = true;
+  std::ofstream(*dir_ / "typo.csv") << "0.5,O.5\n";
+  std::ofstream(*dir_ / "comma.csv") << "0.1,\n";
+  std::ofstream(*dir_ / "hex.csv") << "0x3\n";
+  for (const char* f : {"typo.csv", "comma.csv", "hex.csv"}) {
+    o.actions = *dir_ / f;
+    ExpectError<FormatError>([&] { ImportDataset(o); }, "is not a row of numbers");
+  }
+  o.actions.clear();
+  // Output paths that are not regular files are never renamed over, even with --force.
+  fs::create_symlink(*dir_ / "nowhere/x.h5", *dir_ / "dangling.h5");
+  o.out = *dir_ / "dangling.h5";
+  ExpectError<IoError>([&] { ImportDataset(o); }, "not a regular file");
+  EXPECT_TRUE(fs::is_symlink(*dir_ / "dangling.h5"));
+  // Frames that never change give no ε.
+  const fs::path still = *dir_ / "still";
+  fs::create_directories(still);
+  for (int f = 0; f < 6; ++f) {
+    WritePng(still / ("s" + std::to_string(f) + ".png"), std::vector<uint8_t>(16 * 16 * 3, 77), 16,
+             16);
+  }
+  o = Options(still, "still.h5");
+  o.dt = 0.02;
+  o.frames = 3;
+  ExpectError<InputError>([&] { ImportDataset(o); }, "never change");
+  EXPECT_FALSE(fs::exists(o.out));
+  // Export: the actions CSV may not overwrite the data set, nor an existing video.
+  e.out = *dir_ / "hostile.mp4";
+  e.actions = *data_;
+  ExpectError<InputError>([&] { ExportDataset(e); }, "is the data set or the output");
+  e.actions.clear();
+  ExportDataset(e);
+  ExpectError<InputError>([&] { ExportDataset(e); }, "--force");
+  e.out = *dir_ / "hostile.gif";
+  ExpectError<InputError>([&] { ExportDataset(e); }, "H.264 goes into");
+}
+
+// PNG frames are taken in natural order: f2 before f10, padded or not.
+TEST(NaturalOrder, NumbersCompareAsNumbers) {
+  EXPECT_TRUE(NaturalLess("f2.png", "f10.png"));
+  EXPECT_FALSE(NaturalLess("f10.png", "f2.png"));
+  EXPECT_TRUE(NaturalLess("f09.png", "f10.png"));
+  EXPECT_TRUE(NaturalLess("a.png", "b.png"));
+  EXPECT_TRUE(NaturalLess("run1_f3.png", "run2_f1.png"));
+  EXPECT_FALSE(NaturalLess("f7.png", "f7.png"));
+}
+
 // Export refuses what it cannot write, before writing anything.
 TEST_F(ImportTest, ExportRefusesBadOptions) {
   ExportOptions e;
@@ -294,19 +367,58 @@ TEST_F(ImportTest, ExportRefusesBadOptions) {
   ExpectError<InputError>([&] { ExportDataset(e); }, "'99' is not a run");
   e.runs = "all";
   e.out = *dir_ / "video.nosuchcontainer";
-  ExpectError<InputError>([&] { ExportDataset(e); }, "no container");
+  ExpectError<InputError>([&] { ExportDataset(e); }, "H.264 goes into");
   EXPECT_FALSE(fs::exists(*dir_ / "odd.mp4"));
 }
 
-// A model trains on an imported data set, and evaluate and predict say what needs a simulator
-// instead of failing.
+// A system known only from video: a description without an MJCF model, every length given.
+constexpr const char* kVideoOnlyPendulum = R"(name = "filmed_pendulum"
+keypoints = ["bob"]
+[[constraints]]
+type = "distance_to_point"
+keypoint = 1
+point = [0.0, 0.0]
+length = 0.5
+[actions]
+range = [[-2.0, 2.0]]
+)";
+
+// Such a description imports, cannot be simulated, and must give every number.
+TEST_F(ImportTest, ASystemWithoutAnMjcfModelImportsButDoesNotSimulate) {
+  std::ofstream(*dir_ / "filmed.toml") << kVideoOnlyPendulum;
+  const SystemDescription d = LoadSystem(*dir_ / "filmed.toml");
+  EXPECT_TRUE(d.mjcf.empty());
+  EXPECT_EQ(d.nq(), 0);
+  ExpectError<InputError>([&] { Environment env(d); }, "has no MJCF model");
+  // Round trip through the text a data set stores.
+  const SystemDescription again = ParseSystem(SystemToToml(d), "stored", "/");
+  EXPECT_TRUE(again.mjcf.empty());
+  EXPECT_EQ(again.ConstraintTerms().size(), 1u);
+  // Nothing can be measured without a model.
+  std::string no_length = kVideoOnlyPendulum;
+  no_length.replace(no_length.find("length = 0.5\n"), 13, "");
+  ExpectError<InputError>([&] { ParseSystem(no_length, "x.toml", "/"); },
+                          "nothing can be measured: give its length");
+  std::string with_grid = std::string(kVideoOnlyPendulum) + "[state_grid]\nqpos = []\n";
+  ExpectError<InputError>([&] { ParseSystem(with_grid, "x.toml", "/"); }, "needs an mjcf model");
+}
+
+// A model trains on an imported data set of a system with no simulator, and evaluate and
+// predict say what needs one instead of failing.
 TEST_F(ImportTest, TrainEvaluateAndPredictWorkWithoutASimulator) {
   ExportOptions e;
   e.data = *data_;
   e.out = *dir_ / "train.mp4";
   e.scale = 2;
   ExportDataset(e);
-  const fs::path imported = ImportDataset(Options(e.out, "train.h5")).path;
+  std::ofstream(*dir_ / "filmed_for_training.toml") << kVideoOnlyPendulum;
+  ImportOptions o = Options(e.out, "train.h5");
+  o.system = (*dir_ / "filmed_for_training.toml").string();
+  const fs::path imported = ImportDataset(o).path;
+  const DatasetInfo info = Dataset::Open(imported).info();
+  EXPECT_EQ(info.env, EnvName::kCustom);
+  EXPECT_EQ(info.system, "filmed_pendulum");
+  EXPECT_EQ(info.nq, 0);
   std::string out;
   ASSERT_EQ(testing::RunCli("train --data " + imported.string() +
                                 " --hidden 8 --epochs 1 "

@@ -133,8 +133,9 @@ Dataset Dataset::Open(const std::filesystem::path& path) {
   i.size = count("size", 1, 4096);
   i.seed = uint64_t(h5::ReadIntAttr(f, "seed", p));
   if (int64_t(i.seed) < 0) throw FormatError(p + ": attribute 'seed' is negative");
-  i.nq = count("nq", 1, 64);
-  i.nv = count("nv", 1, 64);
+  // A system known only from video has no joints (sim/system.h).
+  i.nq = count("nq", i.has_state() ? 1 : 0, 64);
+  i.nv = count("nv", i.has_state() ? 1 : 0, 64);
   i.nu = count("nu", 1, 64);
   i.dt = h5::ReadDoubleAttr(f, "dt", p);
   i.vpt_epsilon = h5::ReadDoubleAttr(f, "vpt_epsilon", p);

@@ -62,6 +62,8 @@ class DatasetWriter {
   void WriteGridImage(hsize_t index, const uint8_t* image, const double* qpos);
   void Finish(const std::string& gl_backend, const std::string& gl_renderer,
               const std::string& mujoco_version);
+  /// ε of the runs written so far (PixelStatistics::Epsilon).
+  double epsilon() const { return stats_.Epsilon(); }
   /// The error of a failed write to the data set at `target` (the name it will have).
   [[noreturn]] void Fail() const;
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,25 @@ namespace keycld {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Refuses an output path that would lose something: an existing file without `force`, and
+// anything that is not a regular file (a folder, a device, a FIFO, a symbolic link), which
+// renaming over would replace.
+void CheckOutputPath(const fs::path& out, bool force, const std::string& what) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(out, ec);
+  if (!fs::exists(st)) return;
+  if (fs::is_directory(st)) {
+    throw IoError("'" + out.string() + "' is a directory, not a " + what + " file");
+  }
+  if (!fs::is_regular_file(st)) {
+    throw IoError("'" + out.string() + "' exists and is not a regular file (a link, a device " +
+                  "or a pipe): give a new file name");
+  }
+  if (!force) {
+    throw InputError("'" + out.string() + "' exists: rerun with --force to replace it");
+  }
+}
 
 void ValidateImportOptions(const ImportOptions& o) {
   if (o.inputs.empty()) throw InputError("import: give at least one video file or PNG folder");
@@ -42,18 +62,34 @@ void ValidateImportOptions(const ImportOptions& o) {
   if (o.crop && ((*o.crop)[0] < 0 || (*o.crop)[1] < 0 || (*o.crop)[2] < 1)) {
     throw InputError("--crop needs LEFT ≥ 0, TOP ≥ 0 and SIDE ≥ 1 (source pixels)");
   }
-  if (o.dt && !(*o.dt > 0 && *o.dt <= 1)) {
-    throw InputError("--dt must be in (0, 1] s, got " + std::to_string(*o.dt));
+  // 1 µs to 1 s between frames: a 1 MHz camera is beyond anything the method was made for.
+  if (o.dt && !(*o.dt >= 1e-6 && *o.dt <= 1)) {
+    throw InputError("--dt must be in [1e-6, 1] s, got " + std::to_string(*o.dt));
   }
-  if (fs::is_directory(o.out)) {
-    throw IoError("'" + o.out.string() + "' is a directory, not a data set file");
-  }
-  if (fs::exists(o.out) && !o.force) {
-    throw InputError("'" + o.out.string() + "' exists: rerun with --force to replace it");
-  }
+  CheckOutputPath(o.out, o.force, "data set");
   if (o.control && *o.control != ControlMode::kNone && o.actions.empty()) {
     throw InputError("--control " + ControlModeString(*o.control) +
                      " needs the actions: give --actions FILE.csv");
+  }
+  if (o.control && *o.control == ControlMode::kNone && !o.actions.empty()) {
+    throw InputError(
+        "--control none takes no actions; give --control full (or under) with "
+        "--actions");
+  }
+  std::error_code ec;
+  for (size_t i = 0; i < o.inputs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (fs::equivalent(o.inputs[i], o.inputs[j], ec)) {
+        throw InputError("'" + o.inputs[i].string() + "' is given twice: its runs would be in " +
+                         "the data set twice (validation runs copying training runs)");
+      }
+    }
+    if (fs::equivalent(o.inputs[i], o.out, ec)) {
+      throw InputError("--out '" + o.out.string() + "' is an input");
+    }
+  }
+  if (!o.actions.empty() && fs::equivalent(o.actions, o.out, ec)) {
+    throw InputError("--out '" + o.out.string() + "' is the actions file");
   }
 }
 
@@ -68,18 +104,36 @@ std::vector<std::vector<double>> ReadActionsCsv(const fs::path& file, int column
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line_no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // UTF-8 BOM
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     std::vector<double> row;
     std::stringstream ss(line);
     std::string cell;
     bool numeric = true;
-    while (std::getline(ss, cell, ',')) {
+    int numeric_cells = 0;
+    if (line.back() == ',') {  // an empty last cell: a data row with a hole, not a header
+      numeric = false;
+      numeric_cells = 1;
+    }
+    while (numeric && std::getline(ss, cell, ',')) {
       const size_t b = cell.find_first_not_of(" \t"), e = cell.find_last_not_of(" \t");
       cell = b == std::string::npos ? "" : cell.substr(b, e - b + 1);
       char* end = nullptr;
       const double v = std::strtod(cell.c_str(), &end);
-      if (cell.empty() || end != cell.c_str() + cell.size()) {
+      const bool hex = cell.find_first_of("xX") != std::string::npos;
+      if (cell.empty() || hex || end != cell.c_str() + cell.size()) {
         numeric = false;
+        // A header names its columns: no cell of it is a number.
+        std::stringstream rest(line);
+        std::string c;
+        while (std::getline(rest, c, ',')) {
+          char* e2 = nullptr;
+          std::strtod(c.c_str(), &e2);
+          if (!c.empty() && c.find_first_not_of(" \t") != std::string::npos &&
+              e2 == c.c_str() + c.size()) {
+            ++numeric_cells;
+          }
+        }
         break;
       }
       if (!std::isfinite(v)) {
@@ -89,7 +143,7 @@ std::vector<std::vector<double>> ReadActionsCsv(const fs::path& file, int column
       row.push_back(v);
     }
     if (!numeric) {
-      if (rows.empty() && line_no == 1) continue;  // a header
+      if (rows.empty() && line_no == 1 && numeric_cells == 0) continue;  // a header
       throw FormatError(file.string() + ":" + std::to_string(line_no) + ": '" + line +
                         "' is not a row of numbers");
     }
@@ -141,7 +195,7 @@ DecodedInput DecodeInput(const fs::path& path, const ImportOptions& o, int64_t f
         left = (frame.width - side) / 2;
         top = (frame.height - side) / 2;
       }
-      if (left + side > frame.width || top + side > frame.height) {
+      if (int64_t(left) + side > frame.width || int64_t(top) + side > frame.height) {
         throw InputError("--crop " + std::to_string(left) + " " + std::to_string(top) + " " +
                          std::to_string(side) + " leaves the " + std::to_string(frame.width) + "×" +
                          std::to_string(frame.height) + " frames of '" + path.string() + "'");
@@ -215,7 +269,8 @@ ImportResult ImportDataset(const ImportOptions& o) {
                      std::to_string(N) + " frames (" + std::to_string(total_read) +
                      " frames read, skip " + std::to_string(o.skip) + ", stride " +
                      std::to_string(o.stride) +
-                     "); at least 2 are needed (training and validation): lower --frames");
+                     "); at least 2 are needed (training and validation): lower --frames, "
+                     "--skip or --stride, or give more input");
   }
   // One action per run.
   const int nu = given.nu();
@@ -295,6 +350,11 @@ ImportResult ImportDataset(const ImportOptions& o) {
         throw IoError("data set '" + out.target().string() + "': " + e.what());
       }
     }
+    if (!(writer.epsilon() > 0)) {
+      throw InputError(
+          "the imported frames never change (ε = 0, docs/method.md §8): there is "
+          "no motion to learn from; check the inputs and --crop");
+    }
     writer.Finish("none (imported)", "none (imported)", "none (imported)");
   }
   result.info = Dataset::Open(out.temp_path()).info();
@@ -345,16 +405,35 @@ ExportResult ExportDataset(const ExportOptions& o) {
     throw InputError("--scale must be in [1, 64], got " + std::to_string(o.scale));
   }
   if (o.out.empty()) throw InputError("export: --out is required");
+  // "frames/" names the folder "frames".
+  fs::path out = o.out.lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();
   const Dataset data = Dataset::Open(o.data);
   const DatasetInfo& info = data.info();
   const std::vector<int64_t> runs = ChosenRuns(data, o.runs);
   const int S = info.size, W = S * o.scale;
-  const bool png = !o.out.has_extension();
-  if (png && fs::exists(o.out)) {
-    throw InputError("'" + o.out.string() + "' exists: export PNG frames into a new folder");
+  const bool png = !out.has_extension();
+  std::error_code ec;
+  if (png) {
+    if (fs::exists(fs::symlink_status(out, ec))) {
+      throw InputError("'" + out.string() + "' exists: export PNG frames into a new folder");
+    }
+  } else {
+    std::string ext = out.extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(),
+                   [](unsigned char c) { return char(std::tolower(c)); });
+    if (ext != ".mp4" && ext != ".mkv" && ext != ".mov" && ext != ".m4v" && ext != ".avi") {
+      throw InputError("'" + out.string() + "': H.264 goes into .mp4, .mkv, .mov, .m4v or " +
+                       ".avi; give no extension for a folder of PNG frames");
+    }
+    CheckOutputPath(out, o.force, "video");
   }
-  if (!png && fs::is_directory(o.out)) {
-    throw IoError("'" + o.out.string() + "' is a directory; a video file name is needed");
+  if (fs::equivalent(out, o.data, ec)) throw InputError("--out is the data set itself");
+  if (!o.actions.empty()) {
+    if (fs::equivalent(o.actions, o.data, ec) || o.actions.lexically_normal() == out) {
+      throw InputError("--actions '" + o.actions.string() + "' is the data set or the output");
+    }
+    CheckOutputPath(o.actions, o.force, "CSV");
   }
   InterruptGuard interrupt_guard;
   ExportResult r;
@@ -363,11 +442,17 @@ ExportResult ExportDataset(const ExportOptions& o) {
   std::optional<VideoWriter> video;
   fs::path temp_dir;
   if (png) {
-    temp_dir = o.out.parent_path() / (o.out.filename().string() + ".partial");
-    fs::remove_all(temp_dir);
-    fs::create_directories(temp_dir);
+    // A folder of our own next to the target, renamed onto it when complete.
+    const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+    fs::create_directories(parent);
+    temp_dir = parent / (".keycld-" + std::to_string(::getpid()) + "-" + out.filename().string() +
+                         ".partial");
+    if (!fs::create_directory(temp_dir, ec) || ec) {
+      throw IoError("cannot create '" + temp_dir.string() + "'" +
+                    (ec ? ": " + ec.message() : std::string(" (it exists)")));
+    }
   } else {
-    video.emplace(o.out, W, W, r.fps, o.crf);
+    video.emplace(out, W, W, r.fps, o.crf);
   }
   std::ostringstream csv;
   for (int a = 0; a < info.nu; ++a) csv << (a ? "," : "") << "u" << a + 1;
@@ -403,7 +488,7 @@ ExportResult ExportDataset(const ExportOptions& o) {
     if (video) {
       video->Finish();
     } else {
-      fs::rename(temp_dir, o.out);
+      fs::rename(temp_dir, out);
     }
   } catch (...) {
     if (png) fs::remove_all(temp_dir);

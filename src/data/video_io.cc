@@ -163,7 +163,38 @@ class VideoSource : public FrameSource {
   int width_ = 0, height_ = 0;
 };
 
-// Every *.png of a folder, in name order.
+}  // namespace
+
+// Runs of digits compare as numbers, so f2.png comes before f10.png whether or not the numbers
+// are zero-padded.
+bool NaturalLess(const std::string& a, const std::string& b) {
+  size_t i = 0, j = 0;
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  while (i < a.size() && j < b.size()) {
+    if (digit(a[i]) && digit(b[j])) {
+      size_t ei = i, ej = j;
+      while (ei < a.size() && digit(a[ei])) ++ei;
+      while (ej < b.size() && digit(b[ej])) ++ej;
+      size_t si = i, sj = j;
+      while (si + 1 < ei && a[si] == '0') ++si;  // leading zeros
+      while (sj + 1 < ej && b[sj] == '0') ++sj;
+      if (ei - si != ej - sj) return ei - si < ej - sj;
+      const int c = a.compare(si, ei - si, b, sj, ej - sj);
+      if (c != 0) return c < 0;
+      i = ei;
+      j = ej;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j || (a.size() - i == b.size() - j && a < b);
+}
+
+namespace {
+
+// Every *.png of a folder, in natural name order.
 class PngFolderSource : public FrameSource {
  public:
   explicit PngFolderSource(const fs::path& dir) : dir_(dir.string()) {
@@ -176,7 +207,9 @@ class PngFolderSource : public FrameSource {
     }
     if (ec) throw IoError("cannot list '" + dir_ + "': " + ec.message());
     if (files_.empty()) throw FormatError("'" + dir_ + "' holds no PNG frames (*.png)");
-    std::sort(files_.begin(), files_.end());
+    std::sort(files_.begin(), files_.end(), [](const fs::path& x, const fs::path& y) {
+      return NaturalLess(x.filename().string(), y.filename().string());
+    });
   }
 
   bool Next(RgbFrame* out) override {
@@ -383,7 +416,8 @@ int64_t VideoWriter::frames() const { return impl_->count; }
 namespace keycld {
 
 void CropToSquare(const RgbFrame& frame, int x, int y, int side, int size, uint8_t* out) {
-  if (side < 1 || size < 1 || x < 0 || y < 0 || x + side > frame.width || y + side > frame.height) {
+  if (side < 1 || size < 1 || x < 0 || y < 0 || int64_t(x) + side > frame.width ||
+      int64_t(y) + side > frame.height) {
     throw InputError("the crop square " + std::to_string(side) + "×" + std::to_string(side) +
                      " at (" + std::to_string(x) + ", " + std::to_string(y) +
                      ") does not lie inside the " + SizeString(frame.width, frame.height) +

@@ -99,6 +99,11 @@ void Environment::Load() {
     if (mju_user_error == nullptr) InstallMujocoHandlers();
   });
   const fs::path& file = system_.mjcf;
+  if (file.empty()) {
+    throw InputError("system '" + system_.name +
+                     "' has no MJCF model (mjcf): simulating, rendering and measuring need one; "
+                     "a recording of it can be imported (keycld import, docs/import.md)");
+  }
   if (fs::exists(file) && !fs::is_regular_file(file)) {
     throw IoError("MJCF asset '" + file.string() + "' is not a regular file");
   }

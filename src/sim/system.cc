@@ -211,9 +211,12 @@ SystemDescription ParseSystem(const std::string& text, const std::string& origin
           std::string::npos) {
     r.Invalid("name", "'" + d.name + "' (expected 1 to 64 letters, digits or _)");
   }
-  fs::path mjcf = r.String(need("mjcf"), "mjcf");
-  if (mjcf.empty()) r.Invalid("mjcf", "empty path");
-  d.mjcf = mjcf.is_absolute() ? mjcf : fs::absolute(base_dir / mjcf).lexically_normal();
+  // Without an MJCF model the system can only be imported from video (keycld import).
+  if (const toml::node* m = t.get("mjcf")) {
+    fs::path mjcf = r.String(*m, "mjcf");
+    if (mjcf.empty()) r.Invalid("mjcf", "empty path");
+    d.mjcf = mjcf.is_absolute() ? mjcf : fs::absolute(base_dir / mjcf).lexically_normal();
+  }
   if (const toml::node* n = t.get("camera")) d.camera = r.String(*n, "camera");
   const toml::array& kp = r.Array(need("keypoints"), "keypoints");
   if (kp.empty()) r.Invalid("keypoints", "at least one keypoint site is needed");
@@ -291,8 +294,26 @@ SystemDescription ParseSystem(const std::string& text, const std::string& origin
       d.constraints.push_back(c);
     }
   }
-  // Initial states and actions.
-  {
+  if (d.mjcf.empty()) {
+    // Nothing can be measured or simulated: every constraint must carry its numbers.
+    for (size_t i = 0; i < d.constraints.size(); ++i) {
+      const ConstraintSpec& c = d.constraints[i];
+      const std::string where = "constraints[" + std::to_string(i) + "]";
+      if (!c.point_site.empty()) {
+        r.Invalid(where + ".point_site", "needs an mjcf model; give point = [x, y] instead");
+      }
+      if ((!c.length && c.type != ConstraintSpec::Type::kFixedPoint) ||
+          (c.type == ConstraintSpec::Type::kFixedPoint && !c.point)) {
+        r.Invalid(where, std::string("without an mjcf model nothing can be measured: give its ") +
+                             (c.type == ConstraintSpec::Type::kOnLine       ? "offset"
+                              : c.type == ConstraintSpec::Type::kFixedPoint ? "point"
+                                                                            : "length"));
+      }
+    }
+    if (t.get("state_grid")) r.Invalid("state_grid", "needs an mjcf model to render it");
+  }
+  // Initial states (optional without a model: nothing is simulated) and actions.
+  if (!d.mjcf.empty() || t.get("initial_state")) {
     const toml::node& n = need("initial_state");
     const toml::table* it = n.as_table();
     if (!it) r.Fail("initial_state", "expected a table");
@@ -387,7 +408,7 @@ std::string SystemToToml(const SystemDescription& d) {
     return s + "]";
   };
   o << "name = " << Quote(d.name) << "\n";
-  o << "mjcf = " << Quote(d.mjcf.string()) << "\n";
+  if (!d.mjcf.empty()) o << "mjcf = " << Quote(d.mjcf.string()) << "\n";
   o << "camera = " << Quote(d.camera) << "\n";
   o << "keypoints = [";
   for (size_t i = 0; i < d.keypoint_sites.size(); ++i) {
@@ -411,8 +432,10 @@ std::string SystemToToml(const SystemDescription& d) {
       o << "length = " << Number(*c.length) << "\n";
     }
   }
-  o << "\n[initial_state]\nqpos = " << ranges(d.qpos_init) << "\nqvel = " << ranges(d.qvel_init)
-    << "\n";
+  if (!d.qpos_init.empty()) {
+    o << "\n[initial_state]\nqpos = " << ranges(d.qpos_init) << "\nqvel = " << ranges(d.qvel_init)
+      << "\n";
+  }
   o << "\n[actions]\nrange = " << ranges(d.action_ranges)
     << "\nzero_fraction = " << Number(d.zero_action_fraction) << "\nunder_zero = [";
   for (size_t i = 0; i < d.under_zero.size(); ++i) o << (i ? ", " : "") << d.under_zero[i] + 1;

@@ -68,6 +68,7 @@ struct ExportOptions {
   int scale = 1;                  // each pixel becomes scale × scale (nearest), [1, 64]
   int crf = 18;                   // H.264 constant rate factor, [0, 51]
   std::filesystem::path actions;  // if set, a CSV of the actions, one row per frame
+  bool force = false;             // replace an existing video or CSV (never a folder)
 };
 
 struct ExportResult {

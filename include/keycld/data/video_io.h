@@ -36,7 +36,8 @@ class FrameSource {
 };
 
 /// A video file (decoded with FFmpeg) or a folder of PNG frames (every *.png in it, in the
-/// order of their names; grey, grey + alpha and RGBA are turned into RGB, alpha dropped).
+/// natural order of their names: f2.png before f10.png; grey, grey + alpha and RGBA are turned
+/// into RGB, alpha dropped).
 /// Throws IoError (missing, unreadable), FormatError (not a video FFmpeg can decode, no video
 /// stream, a folder without PNG files).
 std::unique_ptr<FrameSource> OpenFrameSource(const std::filesystem::path& path);
@@ -66,6 +67,9 @@ class VideoWriter {
 }  // namespace keycld
 
 namespace keycld {
+
+/// Whether name `a` comes before `b` in natural order (digit runs compared as numbers).
+bool NaturalLess(const std::string& a, const std::string& b);
 
 /// Writes the square [x, x + side) × [y, y + side) of `frame`, scaled to size × size, into
 /// `out` (uint8 [size, size, 3]): an exact copy when side == size, area averaging when it

@@ -53,6 +53,9 @@ std::string ConstraintTypeName(ConstraintSpec::Type type);
 struct SystemDescription {
   std::string name;  // [A-Za-z0-9_-]+, names data sets (<name>-<control>-…h5)
   /// The MJCF model (absolute once loaded: relative paths are taken from the file's folder).
+  /// Empty for a system known only from video (keycld import): then every constraint gives its
+  /// numbers, the initial-state ranges may be left out (nq = nv = 0), and nothing can be
+  /// simulated or rendered (Environment throws InputError).
   std::filesystem::path mjcf;
   std::string camera = "fixed";             // the fixed camera that renders the frames
   std::vector<std::string> keypoint_sites;  // K sites, the point masses of the model
