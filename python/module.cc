@@ -189,6 +189,8 @@ py::dict InfoDict(const DatasetInfo& i) {
   d["train_runs"] = i.train_runs;
   d["validation_runs"] = i.validation_runs;
   d["source"] = i.source;
+  d["source_files"] = i.source_files;
+  d["system_description"] = i.system_description;
   return d;
 }
 
@@ -612,7 +614,7 @@ PYBIND11_MODULE(_keycld, m) {
           return d;
         });
   m.def("export_video", [](const fs::path& data, const fs::path& out, const std::string& runs,
-                           int scale, int crf, const fs::path& actions) {
+                           int scale, int crf, const fs::path& actions, bool force) {
     ExportOptions o;
     o.data = data;
     o.out = out;
@@ -620,6 +622,7 @@ PYBIND11_MODULE(_keycld, m) {
     o.scale = scale;
     o.crf = crf;
     o.actions = actions;
+    o.force = force;
     ExportResult r = Interruptible([&] { return ExportDataset(o); });
     py::dict d;
     d["frames"] = r.frames;

@@ -302,7 +302,13 @@ TEST_F(ImportTest, HostileInputsAreRefusedAndLoseNothing) {
   std::ofstream(*dir_ / "per_run_ok.csv") << "\xEF\xBB\xBFu1\n0\n1\n2\n3\n4\n5\n";
   o.actions = *dir_ / "per_run_ok.csv";
   o.control = ControlMode::kNone;
-  ExpectError<InputError>([&] { ImportDataset(o); }, "--control none takes no actions");
+  ExpectError<InputError>([&] { ImportDataset(o); }, "are not all zero");
+  std::ofstream(*dir_ / "zeros.csv") << "u1\n0\n0\n0\n0\n0\n0\n";  // what export writes for "none"
+  o.actions = *dir_ / "zeros.csv";
+  o.out = *dir_ / "zeros.h5";
+  EXPECT_EQ(Dataset::Open(ImportDataset(o).path).info().control, ControlMode::kNone);
+  o.out = *dir_ / "hostile.h5";
+  o.actions = *dir_ / "per_run_ok.csv";
   o.control.reset();
   EXPECT_NO_THROW(ImportDataset(o));  // the BOM'd header is a header
   o.force = true;

@@ -141,12 +141,13 @@ def import_video(inputs, system, out, size=64, frames=50, stride=1, skip=0, crop
                            control or "", bool(force))
 
 
-def export_video(data, out, runs="all", scale=1, crf=18, actions=None):
+def export_video(data, out, runs="all", scale=1, crf=18, actions=None, force=False):
     """Writes a data set's frames as an H.264 video (``out`` ending in .mp4, .mkv, …) or a new
     folder of PNG frames (``out`` without an extension), as ``keycld export`` does; ``actions``:
-    also a CSV of the actions, one row per frame. Returns {"frames", "runs", "fps"}."""
+    also a CSV of the actions, one row per frame; ``force``: replace an existing video or CSV.
+    Returns {"frames", "runs", "fps"}."""
     return _k.export_video(_path(data), _path(out), str(runs), int(scale), int(crf),
-                           _path(actions) if actions is not None else "")
+                           _path(actions) if actions is not None else "", bool(force))
 
 
 class Environment:

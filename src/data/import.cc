@@ -71,11 +71,6 @@ void ValidateImportOptions(const ImportOptions& o) {
     throw InputError("--control " + ControlModeString(*o.control) +
                      " needs the actions: give --actions FILE.csv");
   }
-  if (o.control && *o.control == ControlMode::kNone && !o.actions.empty()) {
-    throw InputError(
-        "--control none takes no actions; give --control full (or under) with "
-        "--actions");
-  }
   std::error_code ec;
   for (size_t i = 0; i < o.inputs.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
@@ -302,6 +297,15 @@ ImportResult ImportDataset(const ImportOptions& o) {
       throw InputError("'" + o.actions.string() + "' has " + std::to_string(rows) +
                        " rows of actions; expected one per input frame (" +
                        std::to_string(total_read) + ") or one per run (" + std::to_string(R) + ")");
+    }
+    if (control == ControlMode::kNone) {
+      // "none" takes the all-zero CSV that export writes for an unactuated data set.
+      for (double u : run_action) {
+        if (u != 0.0) {
+          throw InputError("--control none: the actions in '" + o.actions.string() +
+                           "' are not all zero; give --control full (or under)");
+        }
+      }
     }
     if (control == ControlMode::kUnder) {
       for (int r = 0; r < R; ++r) {

@@ -435,15 +435,28 @@ json RolloutJson(const RolloutDiagnostics& r) {
           {"keypoint_error_at_failure", r.keypoint_error_at_failure}};
 }
 
-std::string DynamicsMarkdown(const DynamicsDiagnostics& d, const RolloutDiagnostics& r) {
+// Why a report has no acceleration check.
+std::string NoAccelerationCheck(const EvaluationReport& r) {
+  return r.has_simulator ? "n/a (needs the map from keypoints to joints: built-in systems only)"
+                         : "n/a (needs a simulator: imported data set)";
+}
+
+std::string DynamicsMarkdown(const EvaluationReport& report) {
+  const DynamicsDiagnostics& d = report.dynamics;
+  const RolloutDiagnostics& r = report.rollouts;
   std::ostringstream md;
-  md << "| learned / true acceleration at the grid states (1 = right) | **"
-     << Fixed(d.acceleration.scale, 3) << "** (R² " << Fixed(d.acceleration.r2, 3) << "; ";
-  for (size_t i = 0; i < d.coordinates.size(); ++i) {
-    md << (i ? ", " : "") << d.coordinates[i].name << " "
-       << Fixed(d.coordinates[i].acceleration.scale, 3);
+  md << "| learned / true acceleration at the grid states (1 = right) | ";
+  if (std::isfinite(d.acceleration.scale)) {
+    md << "**" << Fixed(d.acceleration.scale, 3) << "** (R² " << Fixed(d.acceleration.r2, 3)
+       << "; ";
+    for (size_t i = 0; i < d.coordinates.size(); ++i) {
+      md << (i ? ", " : "") << d.coordinates[i].name << " "
+         << Fixed(d.coordinates[i].acceleration.scale, 3);
+    }
+    md << ") |\n";
+  } else {
+    md << NoAccelerationCheck(report) << " |\n";
   }
-  md << ") |\n";
   for (size_t a = 0; a < d.input.size(); ++a) {
     md << "| learned / true effect of actuator " << a + 1 << " | " << Fixed(d.input[a].scale, 3)
        << " (R² " << Fixed(d.input[a].r2, 3) << ") |\n";
@@ -541,7 +554,7 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
      << "| VPT threshold ε | " << Sci(report.epsilon) << " |\n"
      << "| **VPT (frames)** | **" << Fixed(report.vpt.mean, 2) << " ± " << Fixed(report.vpt.std, 2)
      << "**, median " << Fixed(report.vpt.median, 1) << " |\n"
-     << DynamicsMarkdown(report.dynamics, report.rollouts) << "| learned masses m_k | ";
+     << DynamicsMarkdown(report) << "| learned masses m_k | ";
   for (size_t k = 0; k < report.masses.size(); ++k) {
     md << (k ? ", " : "") << Sci(report.masses[k]);
   }
@@ -552,7 +565,7 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
      << "| learned V vs the simulator's potential (R² of an affine fit) | " << PotentialFit(report)
      << " |\n"
      << "| learned energy variation along a " << options.energy_frames
-     << "-frame unactuated rollout (relative to V's range over the grid) | "
+     << "-frame unactuated rollout (relative to V's range over " << ResidualStates(report) << ") | "
      << (std::isfinite(report.energy_relative_variation) ? Sci(report.energy_relative_variation)
                                                          : "n/a " + energy_error)
      << " |\n"
@@ -749,9 +762,7 @@ std::string FormatEvaluationSummary(const EvaluationReport& r) {
             ? Fixed(r.dynamics.acceleration.scale, 3) + " (R² " +
                   Fixed(r.dynamics.acceleration.r2, 3) +
                   "; learned / true at the grid states, 1 = right)"
-            : std::string(r.has_simulator ? "n/a (needs the map from keypoints to joints: "
-                                            "built-in systems only)"
-                                          : "n/a (needs a simulator: imported data set)"))
+            : NoAccelerationCheck(r))
     << "\n"
     << "  VPT, perfect dynamics  " << Fixed(r.rollouts.reconstruction_vpt.mean, 2)
     << " (renderer and estimator alone); failures: " << r.rollouts.failures_dynamics
