@@ -88,8 +88,26 @@ void ValidateImportOptions(const ImportOptions& o) {
   }
 }
 
-// The rows of an actions CSV: `columns` numbers each; a first row that is not numeric is a
-// header.
+// A CSV cell read by strtod: the number, whether strtod took the whole (trimmed, non-empty)
+// cell, and whether it is in decimal notation (strtod also reads hex, which an action never is).
+struct CsvCell {
+  double value = 0;
+  bool parsed = false, decimal = false;
+};
+CsvCell ReadCsvCell(std::string cell) {
+  const size_t b = cell.find_first_not_of(" \t"), e = cell.find_last_not_of(" \t");
+  if (b == std::string::npos) return {};
+  cell = cell.substr(b, e - b + 1);
+  char* end = nullptr;
+  CsvCell c;
+  c.value = std::strtod(cell.c_str(), &end);
+  c.parsed = end == cell.c_str() + cell.size();
+  c.decimal = c.parsed && cell.find_first_of("xX") == std::string::npos;
+  return c;
+}
+
+// The rows of an actions CSV: `columns` numbers each. A first row with no numeric cell is a
+// header; any other row with a cell that is not a number (an empty one included) is an error.
 std::vector<std::vector<double>> ReadActionsCsv(const fs::path& file, int columns) {
   std::ifstream in(file);
   if (!in) throw IoError("cannot read actions '" + file.string() + "'");
@@ -101,50 +119,31 @@ std::vector<std::vector<double>> ReadActionsCsv(const fs::path& file, int column
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line_no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // UTF-8 BOM
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    const std::string where = file.string() + ":" + std::to_string(line_no);
+    std::vector<CsvCell> cells;
+    for (size_t start = 0;;) {  // every cell, a trailing empty one included
+      const size_t comma = line.find(',', start);
+      cells.push_back(ReadCsvCell(line.substr(start, comma - start)));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    auto count = [&](bool CsvCell::*flag) {
+      return std::count_if(cells.begin(), cells.end(), [&](const CsvCell& c) { return c.*flag; });
+    };
+    if (count(&CsvCell::decimal) < std::ptrdiff_t(cells.size())) {
+      // A header names its columns: no cell of it reads as a number.
+      if (rows.empty() && line_no == 1 && count(&CsvCell::parsed) == 0) continue;
+      throw FormatError(where + ": '" + line + "' is not a row of numbers");
+    }
     std::vector<double> row;
-    std::stringstream ss(line);
-    std::string cell;
-    bool numeric = true;
-    int numeric_cells = 0;
-    if (line.back() == ',') {  // an empty last cell: a data row with a hole, not a header
-      numeric = false;
-      numeric_cells = 1;
-    }
-    while (numeric && std::getline(ss, cell, ',')) {
-      const size_t b = cell.find_first_not_of(" \t"), e = cell.find_last_not_of(" \t");
-      cell = b == std::string::npos ? "" : cell.substr(b, e - b + 1);
-      char* end = nullptr;
-      const double v = std::strtod(cell.c_str(), &end);
-      const bool hex = cell.find_first_of("xX") != std::string::npos;
-      if (cell.empty() || hex || end != cell.c_str() + cell.size()) {
-        numeric = false;
-        // A header names its columns: no cell of it is a number.
-        std::stringstream rest(line);
-        std::string c;
-        while (std::getline(rest, c, ',')) {
-          char* e2 = nullptr;
-          std::strtod(c.c_str(), &e2);
-          if (!c.empty() && c.find_first_not_of(" \t") != std::string::npos &&
-              e2 == c.c_str() + c.size()) {
-            ++numeric_cells;
-          }
-        }
-        break;
+    for (const CsvCell& c : cells) {
+      if (!std::isfinite(c.value)) {
+        throw FormatError(where + ": '" + line + "' holds a value that is not a finite number");
       }
-      if (!std::isfinite(v)) {
-        throw FormatError(file.string() + ":" + std::to_string(line_no) + ": '" + cell +
-                          "' is not a finite number");
-      }
-      row.push_back(v);
-    }
-    if (!numeric) {
-      if (rows.empty() && line_no == 1 && numeric_cells == 0) continue;  // a header
-      throw FormatError(file.string() + ":" + std::to_string(line_no) + ": '" + line +
-                        "' is not a row of numbers");
+      row.push_back(c.value);
     }
     if (int(row.size()) != columns) {
-      throw FormatError(file.string() + ":" + std::to_string(line_no) + ": " +
-                        std::to_string(row.size()) + " values, but the system has " +
+      throw FormatError(where + ": " + std::to_string(row.size()) + " values, but the system has " +
                         std::to_string(columns) + " actuator(s)");
     }
     rows.push_back(std::move(row));
@@ -176,6 +175,7 @@ DecodedInput DecodeInput(const fs::path& path, const ImportOptions& o, int64_t f
   }
   const size_t P = size_t(o.size) * o.size * 3;
   RgbFrame frame;
+  SquareScaler scaler;
   int left = 0, top = 0, side = 0;
   while (source->Next(&frame)) {
     if (InterruptRequested()) throw Interrupted("import interrupted; nothing was written");
@@ -200,7 +200,7 @@ DecodedInput DecodeInput(const fs::path& path, const ImportOptions& o, int64_t f
     bar.Update(*total_read);
     if (i < o.skip || (i - o.skip) % o.stride != 0) continue;
     d.frames.resize(d.frames.size() + P);
-    CropToSquare(frame, left, top, side, o.size, d.frames.data() + d.frames.size() - P);
+    scaler.Scale(frame, left, top, side, o.size, d.frames.data() + d.frames.size() - P);
     d.source_index.push_back(first_index + i);
   }
   if (d.read == 0) throw FormatError("'" + path.string() + "' holds no frames");

@@ -411,11 +411,10 @@ void VideoWriter::Finish() {
 
 int64_t VideoWriter::frames() const { return impl_->count; }
 
-}  // namespace keycld
+SquareScaler::SquareScaler() = default;
+SquareScaler::~SquareScaler() { sws_freeContext(sws_); }
 
-namespace keycld {
-
-void CropToSquare(const RgbFrame& frame, int x, int y, int side, int size, uint8_t* out) {
+void SquareScaler::Scale(const RgbFrame& frame, int x, int y, int side, int size, uint8_t* out) {
   if (side < 1 || size < 1 || x < 0 || y < 0 || int64_t(x) + side > frame.width ||
       int64_t(y) + side > frame.height) {
     throw InputError("the crop square " + std::to_string(side) + "×" + std::to_string(side) +
@@ -435,7 +434,10 @@ void CropToSquare(const RgbFrame& frame, int x, int y, int side, int size, uint8
   // takes part. libswscale's area filter is not an exact box: on 3×3 blocks of one value it
   // gives the block value within 2 levels (tests/data_import_test.cc).
   const size_t in_plane = size_t(side) * side, out_plane = size_t(size) * size;
-  std::vector<uint8_t> planes_in(in_plane * 3), planes_out(out_plane * 3);
+  planes_in_.resize(in_plane * 3);
+  planes_out_.resize(out_plane * 3);
+  std::vector<uint8_t>& planes_in = planes_in_;
+  std::vector<uint8_t>& planes_out = planes_out_;
   for (int r = 0; r < side; ++r) {
     for (int c = 0; c < side; ++c) {
       const uint8_t* p = src + size_t(r) * row + size_t(c) * 3;
@@ -445,11 +447,10 @@ void CropToSquare(const RgbFrame& frame, int x, int y, int side, int size, uint8
       planes_in[2 * in_plane + q] = p[0];  // R
     }
   }
-  thread_local SwsContext* sws = nullptr;
-  sws = sws_getCachedContext(sws, side, side, AV_PIX_FMT_GBRP, size, size, AV_PIX_FMT_GBRP,
-                             (size < side ? SWS_AREA : SWS_BICUBIC) | SWS_ACCURATE_RND, nullptr,
-                             nullptr, nullptr);
-  if (!sws)
+  sws_ = sws_getCachedContext(sws_, side, side, AV_PIX_FMT_GBRP, size, size, AV_PIX_FMT_GBRP,
+                              (size < side ? SWS_AREA : SWS_BICUBIC) | SWS_ACCURATE_RND, nullptr,
+                              nullptr, nullptr);
+  if (!sws_)
     throw FormatError("libswscale cannot scale " + std::to_string(side) + " to " +
                       std::to_string(size));
   const uint8_t* s[4] = {planes_in.data(), planes_in.data() + in_plane,
@@ -458,7 +459,7 @@ void CropToSquare(const RgbFrame& frame, int x, int y, int side, int size, uint8
   uint8_t* d[4] = {planes_out.data(), planes_out.data() + out_plane,
                    planes_out.data() + 2 * out_plane, nullptr};
   const int ds[4] = {size, size, size, 0};
-  sws_scale(sws, s, ss, 0, side, d, ds);
+  sws_scale(sws_, s, ss, 0, side, d, ds);
   for (size_t q = 0; q < out_plane; ++q) {
     out[q * 3] = planes_out[2 * out_plane + q];
     out[q * 3 + 1] = planes_out[q];

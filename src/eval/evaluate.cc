@@ -138,10 +138,7 @@ GridData AnalyseGrid(TrainedRun& run, const torch::Tensor& images, EvaluationRep
   if (report->has_energy) g.v_learned = ToVector(model->Potential(g.x));
   report->potential_r2 = report->potential_scale = std::nan("");
   report->dynamics.acceleration.scale = report->dynamics.acceleration.r2 = std::nan("");
-  if (!info.has_state()) {
-    g.x = torch::Tensor();
-    return g;
-  }
+  if (!info.has_state()) return g;
   Environment env(DatasetSystem(info));
   const std::vector<double> zero_qvel(size_t(env.nv()), 0.0);
   g.v_true.resize(size_t(g.count));

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+struct SwsContext;  // libswscale's
+
 namespace keycld {
 
 /// "libavformat 59.27.100, libavcodec 59.37.100, libswscale 6.7.100" (the libraries linked).
@@ -64,17 +66,26 @@ class VideoWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace keycld
-
-namespace keycld {
-
 /// Whether name `a` comes before `b` in natural order (digit runs compared as numbers).
 bool NaturalLess(const std::string& a, const std::string& b);
 
-/// Writes the square [x, x + side) × [y, y + side) of `frame`, scaled to size × size, into
-/// `out` (uint8 [size, size, 3]): an exact copy when side == size, area averaging when it
-/// shrinks, bicubic when it grows (libswscale). Throws InputError when the square leaves the
-/// frame or a size is not positive.
-void CropToSquare(const RgbFrame& frame, int x, int y, int side, int size, uint8_t* out);
+/// Cuts squares out of frames and scales them, keeping its libswscale context and buffers from
+/// one frame to the next.
+class SquareScaler {
+ public:
+  SquareScaler();
+  ~SquareScaler();
+  SquareScaler(const SquareScaler&) = delete;
+  SquareScaler& operator=(const SquareScaler&) = delete;
+  /// Writes the square [x, x + side) × [y, y + side) of `frame`, scaled to size × size, into
+  /// `out` (uint8 [size, size, 3]): an exact copy when side == size, area averaging when it
+  /// shrinks, bicubic when it grows (libswscale). Throws InputError when the square leaves the
+  /// frame or a size is not positive.
+  void Scale(const RgbFrame& frame, int x, int y, int side, int size, uint8_t* out);
+
+ private:
+  ::SwsContext* sws_ = nullptr;
+  std::vector<uint8_t> planes_in_, planes_out_;
+};
 
 }  // namespace keycld
