@@ -122,8 +122,9 @@ std::shared_ptr<Communicator> JoinProcessGroup(const TrainArgs& a, bool backend_
 
 Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
   auto a = std::make_shared<TrainArgs>();
-  auto* cmd = app.add_subcommand(
-      "train", "Train KeyCLD (or the keycld-nc / node2 variants) on a data set (unsupervised)");
+  auto* cmd = app.add_subcommand("train",
+                                 "Train KeyCLD (or its ablations keycld-nc, node2 or the baselines "
+                                 "lag-vae, lag-cavae) on a data set (unsupervised)");
   cmd->add_option("--data", a->data, "HDF5 data set (keycld generate)");
   cmd->add_option("--out", a->out, "Run folder (config.toml, checkpoints/, metrics.jsonl)")
       ->required();
@@ -139,8 +140,11 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
                   "fp32 | bf16: arithmetic of the estimator's and renderer's convolutions "
                   "(bf16 autocast needs AVX512-BF16/AMX or a CUDA device)")
       ->check(CLI::IsMember(Names<Precision>()));
-  cmd->add_option("--model", a->model,
-                  "keycld | keycld-nc (no constraints) | node2 (black-box ODE); default keycld")
+  cmd->add_option(
+         "--model", a->model,
+         "keycld | keycld-nc (no constraints) | node2 (black-box ODE) | lag-vae | lag-cavae "
+         "(the paper's VAE baselines, pendulum only: train them with their presets "
+         "configs/cpu-quick/pendulum-*-lag-*.toml); default keycld")
       ->check(CLI::IsMember(ModelVariantNames()));
   cmd->add_option("--integrator", a->integrator,
                   "Integrator of the dynamics loss after the warm-up: euler (the paper's, "

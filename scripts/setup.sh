@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake pkg-config git
   libtorch-dev                        # tensors, autograd, nn, Adam (CPU build)
+  libopenblas0-pthread                # BLAS for LibTorch's matrix products (the baselines' MLPs:
+                                      # 3.4-16x faster than the reference BLAS; docs/baselines.md)
   libgloo-dev                         # headers of LibTorch's c10d Gloo process group (distributed training)
   libmujoco-dev libqhull-dev          # physics and rendering (mujoco's cmake config needs qhull)
   libegl-dev libegl1 libegl-mesa0 libgl1-mesa-dri libgl-dev libosmesa6-dev  # headless GL: EGL (Mesa llvmpipe), OSMesa

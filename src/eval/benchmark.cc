@@ -401,6 +401,9 @@ struct Setting {
   EnvName env;
   ControlMode control;
   TrainConfig config;
+  /// A model's own preset `<env>-<control>-<model>.toml` in the preset folder (the baselines'
+  /// training settings, docs/baselines.md), used instead of `config` for that model.
+  std::map<std::string, TrainConfig> model_configs;
 };
 
 // The preset's configs of the selected settings, with the options' overrides; a combination
@@ -422,23 +425,47 @@ std::vector<Setting> ReadSettings(const BenchmarkOptions& options, const fs::pat
         throw InputError("preset folder '" + presets.string() + "' has no " +
                          file.filename().string());
       }
-      TrainConfig c = TrainConfig::FromToml(file);
-      if (!c.env.empty() && c.env != EnvNameString(env)) {
-        throw InputError("'" + file.string() + "' is for " + c.env + ", not " + EnvNameString(env));
+      auto read = [&](const fs::path& f) {
+        TrainConfig c = TrainConfig::FromToml(f);
+        if (!c.env.empty() && c.env != EnvNameString(env)) {
+          throw InputError("'" + f.string() + "' is for " + c.env + ", not " + EnvNameString(env));
+        }
+        c.env = EnvNameString(env);
+        if (c.data.empty() && c.control != ControlModeString(control)) {
+          throw InputError("'" + f.string() + "' says [data] control = \"" + c.control +
+                           "\", not " + ControlModeString(control));
+        }
+        c.control = ControlModeString(control);
+        if (options.epochs > 0) c.epochs = options.epochs;
+        c.max_steps = 0;
+        if (options.threads > 0) c.threads = options.threads;
+        if (!options.device.empty()) c.device = options.device;
+        if (!options.integrator.empty()) c.integrator = options.integrator;
+        c.Validate();
+        return c;
+      };
+      Setting setting{env, control, read(file), {}};
+      for (const std::string& model : options.models) {
+        if (!ModelSupportsSystem(model, env)) {
+          result->notes.push_back("skipped " + model + " on " + SettingName(env, control) +
+                                  ": it is built for " + SupportedSystems(model) +
+                                  " (docs/baselines.md)");
+          continue;
+        }
+        const fs::path own = presets / (SettingName(env, control) + "-" + model + ".toml");
+        if (!fs::exists(own)) continue;
+        TrainConfig c = read(own);
+        if (c.model != model) {
+          throw InputError("'" + own.string() + "' says [model] model = \"" + c.model + "\", not " +
+                           model);
+        }
+        if (c.DataFile() != setting.config.DataFile()) {
+          throw InputError("'" + own.string() + "' trains on '" + c.DataFile().string() +
+                           "', not on the setting's '" + setting.config.DataFile().string() + "'");
+        }
+        setting.model_configs[model] = c;
       }
-      c.env = EnvNameString(env);
-      if (c.data.empty() && c.control != ControlModeString(control)) {
-        throw InputError("'" + file.string() + "' says [data] control = \"" + c.control +
-                         "\", not " + ControlModeString(control));
-      }
-      c.control = ControlModeString(control);
-      if (options.epochs > 0) c.epochs = options.epochs;
-      c.max_steps = 0;
-      if (options.threads > 0) c.threads = options.threads;
-      if (!options.device.empty()) c.device = options.device;
-      if (!options.integrator.empty()) c.integrator = options.integrator;
-      c.Validate();
-      settings.push_back({env, control, c});
+      settings.push_back(std::move(setting));
     }
   }
   if (settings.empty()) throw InputError("no valid (environment, control) combination selected");
@@ -515,7 +542,8 @@ BenchmarkCell NewCell(const Setting& setting, const std::string& model, int seed
   cell.model = model;
   cell.seed = seed;
   cell.dir = out / CellName(setting.env, setting.control, model, seed);
-  *cfg = setting.config;
+  const auto own = setting.model_configs.find(model);
+  *cfg = own != setting.model_configs.end() ? own->second : setting.config;
   cfg->model = model;
   cfg->seed = uint64_t(seed);
   cell.epochs = cfg->epochs;
@@ -586,6 +614,7 @@ void CollectSetting(const BenchmarkOptions& options, const Setting& setting, con
   for (const std::string& model : options.models) {
     for (int seed = 0; seed < options.seeds; ++seed) {
       ++*index;
+      if (!ModelSupportsSystem(model, setting.env)) continue;
       TrainConfig cfg;
       BenchmarkCell cell = NewCell(setting, model, seed, out, &cfg);
       if (ReadCachedCell(cell.dir / "result.json", cfg, data_file, &cell)) {
@@ -686,7 +715,8 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
     const int first = index;
     bool any = false;
     for (int k = 0; k < per_setting; ++k) {
-      any = any || CellInShard(first + k, options.shard_index, options.shard_count);
+      any = any || (CellInShard(first + k, options.shard_index, options.shard_count) &&
+                    ModelSupportsSystem(options.models[size_t(k / options.seeds)], setting.env));
     }
     if (options.collect) {
       CollectSetting(options, setting, out, &index, &result);
@@ -701,6 +731,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
     for (const std::string& model : options.models) {
       for (int seed = 0; seed < options.seeds; ++seed) {
         const int k = index++;
+        if (!ModelSupportsSystem(model, setting.env)) continue;
         if (!CellInShard(k, options.shard_index, options.shard_count)) continue;
         const std::string label = "[" + std::to_string(k + 1) + "/" + std::to_string(total) + "] " +
                                   CellName(setting.env, setting.control, model, seed);

@@ -132,12 +132,15 @@ GridData AnalyseGrid(TrainedRun& run, const torch::Tensor& images, EvaluationRep
   }
   const int64_t n = grid_images.size(0);
   g.x = model->Encode(ImagesToFloat(grid_images, model->device())).keypoints.reshape({n, -1});
-  torch::Tensor phi = spec.Constraints().Phi(g.x.to(torch::kCPU, torch::kFloat64));
-  report->constraint_rms = phi.square().mean().sqrt().item<double>();
-  report->constraint_max = phi.abs().max().item<double>();
-  if (report->has_energy) g.v_learned = ToVector(model->Potential(g.x));
   report->potential_r2 = report->potential_scale = std::nan("");
   report->dynamics.acceleration.scale = report->dynamics.acceleration.r2 = std::nan("");
+  report->constraint_rms = report->constraint_max = std::nan("");
+  if (report->image_keypoints) {
+    torch::Tensor phi = spec.Constraints().Phi(g.x.to(torch::kCPU, torch::kFloat64));
+    report->constraint_rms = phi.square().mean().sqrt().item<double>();
+    report->constraint_max = phi.abs().max().item<double>();
+  }
+  if (report->has_energy) g.v_learned = ToVector(model->Potential(g.x));
   if (!info.has_state()) return g;
   Environment env(DatasetSystem(info));
   const std::vector<double> zero_qvel(size_t(env.nv()), 0.0);
@@ -152,7 +155,7 @@ GridData AnalyseGrid(TrainedRun& run, const torch::Tensor& images, EvaluationRep
   }
   // The map from keypoints to a custom system's joints is not known (diagnostics.h): no
   // acceleration check.
-  if (env.name() != EnvName::kCustom) {
+  if (env.name() != EnvName::kCustom && report->image_keypoints) {
     report->dynamics =
         DiagnoseDynamics(model, env, g.x, g.qpos, info.control != ControlMode::kNone);
   }
@@ -169,7 +172,7 @@ EnergyTrace EnergyRollout(TrainedRun& run, const torch::Tensor& images, const Gr
                           const EvaluateOptions& options, EvaluationReport* report) {
   EnergyTrace e;
   if (!report->has_energy) {
-    e.error = "the model has no energy (node2)";
+    e.error = "the model has no energy (" + run.model->spec().model + ")";
     return e;
   }
   torch::NoGradGuard no_grad;
@@ -432,8 +435,19 @@ json RolloutJson(const RolloutDiagnostics& r) {
           {"keypoint_error_at_failure", r.keypoint_error_at_failure}};
 }
 
+// Why a baseline has no constraint residual and no acceleration check.
+constexpr const char* kNotImageKeypoints =
+    "n/a (the model's states are generalised coordinates, not image keypoints)";
+
+// The constraint residual, or why there is none.
+std::string ConstraintResidual(const EvaluationReport& r) {
+  if (!r.image_keypoints) return kNotImageKeypoints;
+  return "RMS " + Sci(r.constraint_rms) + ", max " + Sci(r.constraint_max);
+}
+
 // Why a report has no acceleration check.
 std::string NoAccelerationCheck(const EvaluationReport& r) {
+  if (!r.image_keypoints) return kNotImageKeypoints;
   return r.has_simulator ? "n/a (needs the map from keypoints to joints: built-in systems only)"
                          : "n/a (needs a simulator: imported data set)";
 }
@@ -556,9 +570,9 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
     md << (k ? ", " : "") << Sci(report.masses[k]);
   }
   md << " |\n"
-     << "| constraint residual of the estimates on " << ResidualStates(report) << " | RMS "
-     << Sci(report.constraint_rms) << ", max " << Sci(report.constraint_max)
-     << " (normalized image units) |\n"
+     << "| constraint residual of the estimates on " << ResidualStates(report) << " | "
+     << ConstraintResidual(report) << (report.image_keypoints ? " (normalized image units)" : "")
+     << " |\n"
      << "| learned V vs the simulator's potential (R² of an affine fit) | " << PotentialFit(report)
      << " |\n"
      << "| learned energy variation along a " << options.energy_frames
@@ -580,6 +594,7 @@ void FillRunFacts(const TrainedRun& run, const EvaluateOptions& options, Evaluat
   report->model = spec.model;
   report->has_energy = run.model->HasEnergy();
   report->has_simulator = run.data->info().has_state();
+  report->image_keypoints = run.model->StatesAreImageKeypoints();
   report->solver = IntegratorMethodString(options.method);
   report->run_dir = run.run_dir;
   report->checkpoint = run.checkpoint;
@@ -746,8 +761,7 @@ std::string FormatEvaluationSummary(const EvaluationReport& r) {
     << (r.mse_mean.size() > 10 ? Sci(r.mse_mean[10]) : "-") << " / "
     << (r.mse_mean.empty() ? "-" : Sci(r.mse_mean.back()))
     << " (mean over runs; - = no such frame)\n"
-    << "  constraint residual    RMS " << Sci(r.constraint_rms) << ", max " << Sci(r.constraint_max)
-    << " on " << ResidualStates(r) << "\n"
+    << "  constraint residual    " << ConstraintResidual(r) << " on " << ResidualStates(r) << "\n"
     << "  masses m_k             ";
   for (size_t k = 0; k < r.masses.size(); ++k) s << (k ? ", " : "") << Sci(r.masses[k]);
   s << "\n  V vs true potential    " << PotentialFit(r) << "\n"

@@ -199,15 +199,19 @@ torch::Tensor PredictFromFirstFrames(Model& model, const TrainedRun& run,
 // every frame (r->mse, r->vpt).
 struct ScoredFrames {
   torch::Tensor rendered;   // [F, 3, S, S]
-  torch::Tensor heatmaps;   // [F, K, S, S]
+  torch::Tensor heatmaps;   // [F, K, S, S]; undefined for a model without image keypoints
   torch::Tensor estimated;  // [F, K, 2]
+  // Models whose states are not image keypoints (the VAE baselines): the true frames rendered
+  // from their own estimates [F, 3, S, S], shown instead of the heatmaps, and no marks.
+  torch::Tensor reconstructed;
 };
 
 ScoredFrames ScoreFrames(Model& model, const std::vector<uint8_t>& truth,
                          const torch::Tensor& predicted, int S, const torch::Device& device,
                          ProgressBar& bar, PredictionOutput* r) {
   const int F = r->frames;
-  std::vector<torch::Tensor> rendered, heatmaps, estimates, mses;
+  std::vector<torch::Tensor> rendered, heatmaps, estimates, mses, reconstructed;
+  const bool image_keypoints = model->StatesAreImageKeypoints();
   torch::NoGradGuard no_grad;
   for (int64_t s = 0; s < F; s += kChunk) {
     const int64_t n = std::min<int64_t>(kChunk, F - s);
@@ -216,7 +220,11 @@ ScoredFrames ScoreFrames(Model& model, const std::vector<uint8_t>& truth,
     Encoding enc = model->Encode(images);
     mses.push_back((out - images).square().mean({1, 2, 3}).to(torch::kCPU));
     rendered.push_back(out.to(torch::kCPU));
-    heatmaps.push_back(enc.heatmaps.to(torch::kCPU));
+    if (image_keypoints) {
+      heatmaps.push_back(enc.heatmaps.to(torch::kCPU));
+    } else {
+      reconstructed.push_back(model->Render(enc.keypoints).to(torch::kCPU));
+    }
     estimates.push_back(enc.keypoints.to(torch::kCPU, torch::kFloat32));
     bar.Update(s + n);
     CheckInterrupt();
@@ -225,11 +233,16 @@ ScoredFrames ScoreFrames(Model& model, const std::vector<uint8_t>& truth,
   VptResult vpt = VptFromMse(mse, r->epsilon);
   r->vpt = vpt.vpt[0];
   r->mse.assign(vpt.mse.data_ptr<double>(), vpt.mse.data_ptr<double>() + F);
-  return {torch::cat(rendered), torch::cat(heatmaps), torch::cat(estimates).contiguous()};
+  if (!image_keypoints) {
+    return {
+        torch::cat(rendered), {}, torch::cat(estimates).contiguous(), torch::cat(reconstructed)};
+  }
+  return {torch::cat(rendered), torch::cat(heatmaps), torch::cat(estimates).contiguous(), {}};
 }
 
 // One GIF frame: truth | heatmaps with the estimated keypoints | prediction with the predicted
-// keypoints | error, over a timeline of valid (green) and invalid (red) frames up to t.
+// keypoints | error, over a timeline of valid (green) and invalid (red) frames up to t. For a
+// model without image keypoints: truth | reconstruction of the estimate | prediction | error.
 Canvas ComposeFrame(int t, const std::vector<uint8_t>& truth, const ScoredFrames& scored,
                     const torch::Tensor& predicted, const PredictionOutput& r, int S, int s) {
   const int F = r.frames, K = int(predicted.size(1)), gap = 2 * s, strip = std::max(3, s);
@@ -241,9 +254,12 @@ Canvas ComposeFrame(int t, const std::vector<uint8_t>& truth, const ScoredFrames
       S, S);
   Canvas out = Canvas::FromTensor(scored.rendered[t]);
   Canvas error = ErrorImage(gt, out).Upscaled(s);
-  Canvas heat = ColorizeHeatmaps(scored.heatmaps[t]).Upscaled(s);
+  const bool marks = scored.heatmaps.defined();
+  Canvas heat =
+      (marks ? ColorizeHeatmaps(scored.heatmaps[t]) : Canvas::FromTensor(scored.reconstructed[t]))
+          .Upscaled(s);
   Canvas frame = out.Upscaled(s);
-  for (int k = 0; k < K; ++k) {
+  for (int k = 0; marks && k < K; ++k) {
     heat.DrawCross(est[t][k][0], est[t][k][1], 1.5 * s, std::max(1.0, s / 2.0), kWhite);
     frame.FillDisc(pred[t][k][0], pred[t][k][1], 0.9 * s + 0.5, KeypointColor(k));
   }

@@ -96,6 +96,10 @@ Trajectory ModelImpl::Rollout(const torch::Tensor& x0, const torch::Tensor& xdot
 
 bool ModelImpl::HasEnergy() const { return FindModelVariant(spec_.model).has_energy; }
 
+bool ModelImpl::StatesAreImageKeypoints() const {
+  return FindModelVariant(spec_.model).image_keypoints;
+}
+
 EnergyModel& ModelImpl::RequireEnergy(const std::string& purpose) {
   if (EnergyModel* e = energy()) return *e;
   throw InputError("a " + spec_.model + " model has no " + purpose + ": its dynamics are a " +

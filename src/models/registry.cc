@@ -1,5 +1,8 @@
 #include "keycld/models/registry.h"
 
+#include <algorithm>
+
+#include "keycld/models/lag_vae_model.h"
 #include "keycld/models/lagrangian_model.h"
 #include "keycld/models/node2_model.h"
 #include "keycld/util/error.h"
@@ -8,12 +11,36 @@ namespace keycld {
 
 const std::vector<ModelVariant>& ModelVariants() {
   static const std::vector<ModelVariant> variants = {
-      {"keycld", "constrained Lagrangian", true,
-       [](const ModelSpec& s) { return Model(std::make_shared<LagrangianModelImpl>(s, true)); }},
-      {"keycld-nc", "Lagrangian without constraints", true,
-       [](const ModelSpec& s) { return Model(std::make_shared<LagrangianModelImpl>(s, false)); }},
-      {"node2", "black-box second-order ODE", false,
-       [](const ModelSpec& s) { return Model(std::make_shared<Node2ModelImpl>(s)); }},
+      {"keycld",
+       "constrained Lagrangian",
+       true,
+       [](const ModelSpec& s) { return Model(std::make_shared<LagrangianModelImpl>(s, true)); },
+       true,
+       {}},
+      {"keycld-nc",
+       "Lagrangian without constraints",
+       true,
+       [](const ModelSpec& s) { return Model(std::make_shared<LagrangianModelImpl>(s, false)); },
+       true,
+       {}},
+      {"node2",
+       "black-box second-order ODE",
+       false,
+       [](const ModelSpec& s) { return Model(std::make_shared<Node2ModelImpl>(s)); },
+       true,
+       {}},
+      {"lag-vae",
+       "Lagrangian VAE baseline: angle posterior, MLP decoder",
+       false,
+       [](const ModelSpec& s) { return Model(std::make_shared<LagVaeModelImpl>(s, false)); },
+       false,
+       {EnvName::kPendulum}},
+      {"lag-cavae",
+       "Lagrangian VAE baseline: angle posterior, coordinate-aware sprite decoder",
+       false,
+       [](const ModelSpec& s) { return Model(std::make_shared<LagVaeModelImpl>(s, true)); },
+       false,
+       {EnvName::kPendulum}},
   };
   return variants;
 }
@@ -33,6 +60,19 @@ const ModelVariant& FindModelVariant(const std::string& name) {
   throw InputError("unknown model '" + name + "' (expected one of " + known + ")");
 }
 
+bool ModelSupportsSystem(const std::string& model, EnvName env) {
+  const std::vector<EnvName>& systems = FindModelVariant(model).systems;
+  return systems.empty() || std::find(systems.begin(), systems.end(), env) != systems.end();
+}
+
+std::string SupportedSystems(const std::string& model) {
+  const std::vector<EnvName>& systems = FindModelVariant(model).systems;
+  if (systems.empty()) return "every system";
+  std::string out;
+  for (EnvName e : systems) out += (out.empty() ? "" : ", ") + EnvNameString(e);
+  return out;
+}
+
 Model CreateModel(const ModelSpec& spec) { return FindModelVariant(spec.model).create(spec); }
 
 std::string ModelFromLegacyDynamics(const std::string& dynamics) {
@@ -40,7 +80,7 @@ std::string ModelFromLegacyDynamics(const std::string& dynamics) {
   if (dynamics == "unconstrained") return "keycld-nc";
   throw InputError("unknown dynamics '" + dynamics +
                    "' (expected constrained or unconstrained; newer files say model = keycld, "
-                   "keycld-nc or node2)");
+                   "keycld-nc, node2, lag-vae or lag-cavae)");
 }
 
 std::string DescribeModel(const ModelSpec& spec) {

@@ -73,6 +73,8 @@ std::vector<Field> Fields(TrainConfig& c) {
       {"train", "w_dyn", &c.w_dyn},
       {"train", "w_dyn_warmup_epochs", &c.w_dyn_warmup_epochs},
       {"train", "w_bce", &c.w_bce},
+      {"train", "w_kl", &c.w_kl},
+      {"train", "w_norm", &c.w_norm},
       {"train", "augment", &c.augment},
       {"train", "augment_warmup_epochs", &c.augment_warmup_epochs},
       {"train", "seed", &c.seed},
@@ -232,9 +234,10 @@ void TrainConfig::Validate() const {
   if (!(lr_final_scale >= 0 && lr_final_scale <= 1)) fail("lr_final_scale must be in [0, 1]");
   if (!(lr_decay_start >= 0 && lr_decay_start < 1)) fail("lr_decay_start must be in [0, 1)");
   if (horizon < 1) fail("horizon must be ≥ 1, got " + std::to_string(horizon));
-  if (!(w_rec >= 0) || !(w_dyn >= 0) || !(w_bce >= 0) || !std::isfinite(w_rec) ||
-      !std::isfinite(w_dyn) || !std::isfinite(w_bce)) {
-    fail("loss weights w_rec, w_dyn, w_bce must be finite and ≥ 0");
+  if (!(w_rec >= 0) || !(w_dyn >= 0) || !(w_bce >= 0) || !(w_kl >= 0) || !(w_norm >= 0) ||
+      !std::isfinite(w_rec) || !std::isfinite(w_dyn) || !std::isfinite(w_bce) ||
+      !std::isfinite(w_kl) || !std::isfinite(w_norm)) {
+    fail("loss weights w_rec, w_dyn, w_bce, w_kl, w_norm must be finite and ≥ 0");
   }
   for (const auto& [key, name] :
        {std::pair{"integrator", &integrator}, std::pair{"warmup_integrator", &warmup_integrator}}) {

@@ -14,6 +14,9 @@ LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::T
     throw InputError("SequenceLoss: images must be [N, 3, " + std::to_string(spec.image_size) +
                      ", " + std::to_string(spec.image_size) + "]");
   }
+  if (auto* own = dynamic_cast<OwnObjective*>(model.get())) {
+    return own->SequenceLoss(images, u, options);
+  }
   const int64_t N = images.size(0);
   if (N < P + 2) {
     throw InputError("SequenceLoss: a sequence of " + std::to_string(N) +

@@ -19,12 +19,14 @@ using json = nlohmann::json;
 namespace {
 
 json ToJson(const StepRecord& r) {
-  return {{"type", "step"},      {"step", r.step},
-          {"epoch", r.epoch},    {"loss", r.loss},
-          {"rec", r.rec},        {"dyn", r.dyn},
-          {"bce", r.bce},        {"lr", r.lr},
-          {"w_dyn", r.w_dyn},    {"integrator", r.integrator},
-          {"seconds", r.seconds}};
+  json j = {{"type", "step"},      {"step", r.step},
+            {"epoch", r.epoch},    {"loss", r.loss},
+            {"rec", r.rec},        {"dyn", r.dyn},
+            {"bce", r.bce},        {"lr", r.lr},
+            {"w_dyn", r.w_dyn},    {"integrator", r.integrator},
+            {"seconds", r.seconds}};
+  if (r.kl) j["kl"] = *r.kl;
+  return j;
 }
 
 json ToJson(const EpochRecord& r) {
@@ -58,6 +60,7 @@ MetricsHistory ReadMetrics(const fs::path& file) {
         r.rec = j.value("rec", 0.0);
         r.dyn = j.value("dyn", 0.0);
         r.bce = j.value("bce", 0.0);
+        if (j.contains("kl")) r.kl = j.value("kl", 0.0);
         r.lr = j.value("lr", 0.0);
         r.w_dyn = j.value("w_dyn", 0.0);
         r.integrator = j.value("integrator", std::string("euler"));

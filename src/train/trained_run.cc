@@ -1,5 +1,7 @@
 #include "keycld/train/trained_run.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -42,8 +44,16 @@ void SetThreads(int threads) {
     throw InputError("threads must be in [0, 1024] (0 = every core), got " +
                      std::to_string(threads));
   }
-  torch::set_num_threads(threads > 0 ? threads
-                                     : int(std::max(1u, std::thread::hardware_concurrency())));
+  const int n = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(n);
+  // LibTorch's matrix products go to the system BLAS (libblas.so.3). OpenBLAS, when it provides
+  // it, keeps its own thread pool (every core by default): give it the same count, so that
+  // `threads` bounds the whole process.
+  using SetBlasThreads = void (*)(int);
+  if (auto set =
+          reinterpret_cast<SetBlasThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    set(n);
+  }
 }
 
 TrainedRun OpenTrainedRun(const TrainedRunOptions& o) {

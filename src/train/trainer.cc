@@ -264,6 +264,13 @@ class Trainer {
     spec.model = cfg_.model;
     model_ = CreateModel(spec);
     model_->to(device_);
+    if (auto* own = dynamic_cast<OwnObjective*>(model_.get())) {
+      std::vector<float> mean = data_->ReadMeanImage();  // [H, W, 3]
+      own->InitialiseFromData(torch::from_blob(mean.data(), {info.size, info.size, 3})
+                                  .permute({2, 0, 1})
+                                  .contiguous()
+                                  .to(device_));
+    }
     model_->SetPrecision(ParsePrecision(cfg_.precision));
     if (!options_.quiet && Leader()) {
       std::string batch;
@@ -462,10 +469,13 @@ class Trainer {
     lo.integrator = cfg_.IntegratorAt(pos_.step, steps_per_epoch_);
     lo.substeps = cfg_.SubstepsAt(pos_.step, steps_per_epoch_);
     lo.w_dyn = cfg_.WDynAt(pos_.step, steps_per_epoch_);
+    lo.w_kl = cfg_.w_kl;
+    lo.w_norm = cfg_.w_norm;
     const bool augment = cfg_.AugmentAt(pos_.step, steps_per_epoch_);
     adam_->zero_grad();
     // total, reconstruction, dynamics, heatmap summed over this rank's runs; failures.
-    double sums[4] = {0, 0, 0, 0};
+    double sums[5] = {0, 0, 0, 0, 0};
+    const bool own_objective = dynamic_cast<OwnObjective*>(model_.get()) != nullptr;
     std::string failure;
     for (int64_t j = 0; j < B_; ++j) {
       // Every rank draws the augmentation of every run of the step, so that the random stream
@@ -476,6 +486,7 @@ class Trainer {
         for (auto& d : draws) d = int64_t(rng_() % 8);
         ids = torch::tensor(draws, torch::kInt64);
       }
+      if (own_objective) lo.noise_seed = rng_();
       if (j / per_rank_ != rank_ || !failure.empty()) continue;
       const int64_t r = pos_.order[size_t(pos_.step_in_epoch * B_ + j)];
       torch::Tensor images = ImagesToFloat(train_images_[r], device_);
@@ -492,6 +503,7 @@ class Trainer {
         sums[1] += loss.reconstruction.item<double>();
         sums[2] += loss.dynamics.item<double>();
         sums[3] += loss.heatmap.item<double>();
+        if (loss.kl.defined()) sums[4] += loss.kl.item<double>();
       } catch (const c10::Error& e) {
         // LibTorch's own checks on non-finite values (e.g. a singular solve of the constraint
         // forces once the masses overflow) are the same failure as a non-finite loss.
@@ -499,11 +511,12 @@ class Trainer {
       }
     }
     if (world_ > 1) {
-      torch::Tensor stats = torch::tensor(
-          {sums[0], sums[1], sums[2], sums[3], failure.empty() ? 0.0 : 1.0}, torch::kFloat64);
+      torch::Tensor stats =
+          torch::tensor({sums[0], sums[1], sums[2], sums[3], sums[4], failure.empty() ? 0.0 : 1.0},
+                        torch::kFloat64);
       AllReduceGradients(stats);
-      for (int i = 0; i < 4; ++i) sums[i] = stats[i].item<double>();
-      if (failure.empty() && stats[4].item<double>() > 0) failure = "failure on another rank";
+      for (int i = 0; i < 5; ++i) sums[i] = stats[i].item<double>();
+      if (failure.empty() && stats[5].item<double>() > 0) failure = "failure on another rank";
     }
     if (!failure.empty()) throw NumericalError(Diverged(failure));
     for (auto& p : model_->parameters()) {
@@ -521,6 +534,7 @@ class Trainer {
     rec.rec = sums[1] / double(B_);
     rec.dyn = sums[2] / double(B_);
     rec.bce = sums[3] / double(B_);
+    if (own_objective) rec.kl = sums[4] / double(B_);
     rec.lr = cfg_.lr * lr_factor;
     rec.w_dyn = lo.w_dyn;
     rec.integrator = IntegratorMethodString(lo.integrator);

@@ -46,6 +46,9 @@ struct EvaluationReport {
   // False for a data set imported from video: no state grid (the residuals are taken on the
   // validation runs' first frames), no simulator potential, no acceleration check.
   bool has_simulator = true;
+  // False for the VAE baselines (ModelImpl::StatesAreImageKeypoints): their states are
+  // generalised coordinates, so no constraint residual and no acceleration check.
+  bool image_keypoints = true;
   // Total learned energy along an unactuated rollout of energy_frames frames from validation
   // run 0: (max − min) / (max − min of V over the state grid).
   double energy_relative_variation = 0;

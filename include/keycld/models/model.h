@@ -116,6 +116,9 @@ class ModelImpl : public torch::nn::Module {
   virtual EnergyModel* energy() { return nullptr; }
   /// Whether the variant provides energy() (from the registry).
   bool HasEnergy() const;
+  /// Whether Encode's keypoints are positions in the image (KeyCLD and its ablations) rather
+  /// than a baseline's generalised coordinates (from the registry, ModelVariant::image_keypoints).
+  bool StatesAreImageKeypoints() const;
   /// energy(), or InputError saying that `purpose` needs a variant with a learned Lagrangian.
   EnergyModel& RequireEnergy(const std::string& purpose);
   // The energy terms through RequireEnergy (InputError for a variant without energy):

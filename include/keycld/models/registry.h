@@ -17,6 +17,12 @@ struct ModelVariant {
   std::string description;  // what its dynamics are, for one-line descriptions
   bool has_energy = false;  // provides ModelImpl::energy() (M, V, ∇V, B) for control
   std::function<Model(const ModelSpec&)> create;
+  /// Whether the states are keypoints in image coordinates (KeyCLD and its ablations); the VAE
+  /// baselines' are generalised coordinates, so the diagnostics that read joints, constraints or
+  /// image positions off the states do not apply to them.
+  bool image_keypoints = true;
+  /// The built-in systems it is built for; empty = every system (built-in or described).
+  std::vector<EnvName> systems;
 };
 
 /// Every variant, in the order of the paper's table.
@@ -25,6 +31,11 @@ const std::vector<ModelVariant>& ModelVariants();
 std::vector<std::string> ModelVariantNames();
 /// The variant called `name`; InputError listing the known names otherwise.
 const ModelVariant& FindModelVariant(const std::string& name);
+/// Whether variant `model` is built for system `env` (ModelVariant::systems); InputError for an
+/// unknown variant.
+bool ModelSupportsSystem(const std::string& model, EnvName env);
+/// "pendulum" or "pendulum, cartpole": the systems variant `model` is built for, or "every system".
+std::string SupportedSystems(const std::string& model);
 /// A new model of spec.model with freshly initialised parameters (from torch's global RNG).
 /// Throws InputError for an unknown variant or an inconsistent spec.
 Model CreateModel(const ModelSpec& spec);

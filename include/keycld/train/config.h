@@ -53,6 +53,10 @@ struct TrainConfig {
   /// the paper's); see LossOptions::max_acceleration.
   double max_acceleration = 0;
   double w_rec = 1.0, w_dyn = 1.0, w_bce = 1.0;
+  /// The VAE baselines' weights (docs/baselines.md): the KL of the posterior and the penalty
+  /// (mean ‖encoder mean‖ − 1)² that keeps the unnormalised angle estimate near the unit circle
+  /// (published: 1 and 0.01). KeyCLD and its ablations ignore them.
+  double w_kl = 1.0, w_norm = 0.01;
   /// w_dyn ramps linearly from 0 to w_dyn over the first `w_dyn_warmup_epochs` epochs.
   double w_dyn_warmup_epochs = 0;
   bool augment = true;  // dihedral augmentation of the estimator input

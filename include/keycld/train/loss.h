@@ -12,6 +12,9 @@ struct LossTerms {
   torch::Tensor reconstruction;  // L_rec: Σ over frames, pixels, channels of squared error / N
   torch::Tensor dynamics;  // L_dyn: Σ over starts t and steps j = 0…P of ‖x_{t+j} − x̂_{t+j|t}‖²
   torch::Tensor heatmap;  // L_bce
+  /// The VAE baselines' KL of the posterior against the prior, mean over windows (undefined
+  /// for KeyCLD and its ablations).
+  torch::Tensor kl;
 };
 
 struct LossOptions {
@@ -28,6 +31,25 @@ struct LossOptions {
   /// accelerations ‖ẋ‖²/r of 1e5 and more, which overflow RK4's stages; a bound far above the
   /// systems' real accelerations (docs/training.md, "Integrator") leaves the physics untouched.
   double max_acceleration = 0;
+  /// The VAE baselines' weights (TrainConfig::w_kl, w_norm) and the seed of the sequence's
+  /// posterior samples (drawn by the trainer from its checkpointed stream, so that a resumed
+  /// run draws the same samples).
+  double w_kl = 1.0, w_norm = 0.01;
+  uint64_t noise_seed = 0;
+};
+
+/// A model variant with its own training objective (the paper's baselines, docs/baselines.md);
+/// SequenceLoss hands such a model the sequence instead of computing KeyCLD's loss.
+class OwnObjective {
+ public:
+  virtual ~OwnObjective() = default;
+  /// The loss of one sequence: images float [N, 3, H, W] in [0, 1], the constant action u [A].
+  virtual LossTerms SequenceLoss(const torch::Tensor& images, const torch::Tensor& u,
+                                 const LossOptions& options) = 0;
+  /// Called by the trainer once the model is built, before a fresh run's first step (a resumed
+  /// run then loads its checkpoint over it): mean_image float [3, H, W] in [0, 1], the data
+  /// set's /mean_image, on the model's device. Default: nothing.
+  virtual void InitialiseFromData(const torch::Tensor& mean_image) { (void)mean_image; }
 };
 
 /// The loss of one sequence (docs/method.md §6): images float [N, 3, H, W] in [0, 1], the constant
@@ -38,7 +60,8 @@ struct LossOptions {
 ///    `options.substeps` steps of Δt / substeps), all starts as one batch;
 /// 3. every frame rendered from its keypoints; 4. heatmap BCE against the detached Gaussian
 ///    maps of the estimates. Throws InputError if N < P + 2, shapes disagree with the model, the
-///    integrator is dopri5 or substeps < 1.
+///    integrator is dopri5 or substeps < 1. A model with an OwnObjective gets the sequence
+///    instead (the dihedral transforms are not used).
 LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::Tensor& u,
                        const torch::Tensor& transform_ids, const LossOptions& options);
 

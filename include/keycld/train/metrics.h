@@ -1,6 +1,7 @@
 // metrics.jsonl of a training run: one JSON object per line, written by the trainer and read by
 // evaluation and the benchmark. The one reader and writer of the format:
-//   {"type":"step", step, epoch, loss, rec, dyn, bce, lr, w_dyn, integrator, seconds}
+//   {"type":"step", step, epoch, loss, rec, dyn, bce, [kl,] lr, w_dyn, integrator, seconds}
+//   (kl: the VAE baselines' KL term, docs/baselines.md)
 //   {"type":"epoch", epoch, step, seconds, [val_vpt_mean, val_vpt_std, val_vpt_median, val_runs,
 //    dopri5_steps | val_error]}
 // `step` counts optimiser steps from 1; `epoch` is 1-based; `seconds` is the step's own time
@@ -18,6 +19,7 @@ namespace keycld {
 struct StepRecord {
   int64_t step = 0, epoch = 0;
   double loss = 0, rec = 0, dyn = 0, bce = 0;
+  std::optional<double> kl;  // the VAE baselines only
   double lr = 0, w_dyn = 0;
   std::string integrator;
   double seconds = 0;

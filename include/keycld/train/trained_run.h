@@ -40,8 +40,8 @@ struct TrainedRun {
 /// InputError (a data set that does not fit, a bad device or thread count).
 TrainedRun OpenTrainedRun(const TrainedRunOptions& options);
 
-/// Sets LibTorch's intra-op threads: `threads` if > 0, else every core. InputError if < 0 or
-/// > 1024.
+/// Sets LibTorch's intra-op threads, and OpenBLAS's when it is the system BLAS: `threads` if
+/// > 0, else every core. InputError if < 0 or > 1024.
 void SetThreads(int threads);
 
 }  // namespace keycld
