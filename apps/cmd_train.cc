@@ -11,6 +11,7 @@
 #include "keycld/eval/evaluate.h"
 #include "keycld/eval/predict.h"
 #include "keycld/eval/report.h"
+#include "keycld/train/checkpoint.h"
 #include "keycld/train/distributed.h"
 #include "keycld/train/trainer.h"
 #include "keycld/util/error.h"
@@ -52,12 +53,16 @@ void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::pat
   p.gl = ParseGlBackend(global.gl);
   PredictionOutput out = WritePrediction(p);
   report->prediction_files = {out.gif, out.mse_plot, out.csv};
-  char line[256];
+  const bool keypoints =
+      FindModelVariant(ReadCheckpointSpec(run_dir / "checkpoints" / "last.pt").model)
+          .image_keypoints;
+  char line[320];
   std::snprintf(line, sizeof line,
                 "Validation run %d (data-set run %d), %d frames (%d stored, %d re-simulated): "
-                "valid for %d frames; panels: ground truth | estimated heatmaps and keypoints | "
-                "prediction | error.",
-                0, out.dataset_run, out.frames, out.stored_frames, out.simulated_frames, out.vpt);
+                "valid for %d frames; panels: ground truth | %s | prediction | error.",
+                0, out.dataset_run, out.frames, out.stored_frames, out.simulated_frames, out.vpt,
+                keypoints ? "estimated heatmaps and keypoints"
+                          : "the frame reconstructed from the model's estimate");
   report->prediction_summary = line;
   std::printf("%s\n", line);
 }

@@ -336,7 +336,7 @@ class PyRun {
 
   // The training objective of one sequence (train/loss.h): total, reconstruction, dynamics,
   // heatmap.
-  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> Loss(
+  std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> Loss(
       const torch::Tensor& images, const std::optional<torch::Tensor>& u,
       const std::optional<torch::Tensor>& transform_ids, int horizon, const std::string& integrator,
       int substeps, double max_acceleration) {
@@ -357,7 +357,7 @@ class PyRun {
     o.max_acceleration = max_acceleration;
     if (horizon < 1) throw InputError("horizon must be ≥ 1, got " + std::to_string(horizon));
     LossTerms t = SequenceLoss(model(), frames, Action(u, 1).to(torch::kFloat32), ids, o);
-    return {t.total, t.reconstruction, t.dynamics, t.heatmap};
+    return {t.total, t.reconstruction, t.dynamics, t.heatmap, t.kl};  // kl: None for KeyCLD
   }
 
   std::tuple<torch::Tensor, torch::Tensor, int64_t, int64_t> Rollout(

@@ -372,6 +372,20 @@ TEST(Benchmark, ABaselineTrainsWithItsOwnPresetAndSkipsSystemsItIsNotBuiltFor) {
       << out;
   EXPECT_NE(out.find("skipped lag-cavae on cartpole-none"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(dir / "data/cartpole-none-16px-6x8-seed0.h5"));
+  // Only skipped cells: one clear error, no table.
+  EXPECT_NE(testing::RunCli("benchmark --preset tiny --envs cartpole --controls none "
+                            "--models lag-cavae --out runs/none",
+                            &out, dir.path()),
+            0);
+  EXPECT_NE(out.find("nothing to run"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "runs/none/results.csv"));
+  // A baseline without its own preset gets the setting's, which it refuses up front.
+  EXPECT_NE(testing::RunCli("benchmark --preset tiny --envs pendulum --controls none "
+                            "--models lag-vae --out runs/refused",
+                            &out, dir.path()),
+            0);
+  EXPECT_NE(out.find("has no pendulum-none-lag-vae.toml"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "runs/refused/pendulum-none-lag-vae-seed0"));
   const fs::path root = dir / "runs/benchmark-tiny";
   const TrainConfig own = TrainConfig::FromToml(root / "pendulum-none-lag-cavae-seed0/config.toml");
   EXPECT_EQ(own.model, "lag-cavae");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -192,6 +193,30 @@ TEST(Baselines, ATinyTrainingLowersTheLossAndResumesExactly) {
   }
 }
 
+// The configuration says up front what the baselines' objective does not take.
+TEST(Baselines, ConfigRefusesAugmentationAndIntegratorsTheObjectiveDoesNotTake) {
+  for (const char* kind : kBaselines) {
+    TrainConfig c;
+    c.model = kind;
+    EXPECT_THROW(c.Validate(), InputError) << kind << ": augment is on by default";
+    c.augment = false;
+    EXPECT_NO_THROW(c.Validate());
+    c.integrator = "rk4";
+    EXPECT_NO_THROW(c.Validate());
+    c.integrator = "verlet";
+    EXPECT_THROW(c.Validate(), InputError);
+    c.integrator = "euler";
+    c.warmup_integrator = "verlet";
+    c.integrator_warmup_epochs = 1;
+    EXPECT_THROW(c.Validate(), InputError);
+    c.integrator_warmup_epochs = 0;  // no warm-up: the warm-up integrator is never used
+    EXPECT_NO_THROW(c.Validate());
+  }
+  TrainConfig keycld;  // KeyCLD takes all of them
+  keycld.integrator = "verlet";
+  EXPECT_NO_THROW(keycld.Validate());
+}
+
 TEST(Baselines, EvaluateAndPredictSayWhatDoesNotApply) {
   testing::TempDir dir;
   const auto data = testing::TinyPendulumData(dir.path());
@@ -210,6 +235,16 @@ TEST(Baselines, EvaluateAndPredictSayWhatDoesNotApply) {
   text << md.rdbuf();
   EXPECT_NE(text.str().find("generalised coordinates"), std::string::npos) << text.str();
   EXPECT_NE(FormatEvaluationSummary(r).find("generalised coordinates"), std::string::npos);
+  EXPECT_FALSE(std::isfinite(r.energy_relative_variation));  // n/a, not 0
+  EXPECT_NE(FormatEvaluationSummary(r).find("masses m_k             n/a"), std::string::npos)
+      << FormatEvaluationSummary(r);
+  // Every checkpoint: VPT per epoch, no acceleration plot (there is no acceleration check).
+  eo.out_dir = dir / "all";
+  const std::vector<CheckpointRow> rows = EvaluateCheckpoints(eo);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(std::filesystem::exists(dir / "all/checkpoints.md"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "all/checkpoints_vpt.png"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "all/checkpoints_acceleration.png"));
   PredictOptions po;
   po.run_dir = dir / "run";
   po.frames = 10;

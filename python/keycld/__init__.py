@@ -385,13 +385,17 @@ class Run:
         [A] (default 0), per-frame dihedral transform ids int [N] in [0, 8) (None: no
         augmentation), horizon P, integrator euler | rk4 | verlet. Returns {"total",
         "reconstruction", "dynamics", "heatmap"} as scalar tensors with their graph (a loss to
-        fine-tune with from PyTorch)."""
+        fine-tune with from PyTorch), and "kl" for the VAE baselines (docs/baselines.md; their
+        own objective, which ignores transform_ids)."""
         _no_inference_mode("sequence_loss")
-        total, rec, dyn, bce = self._run.sequence_loss(
+        total, rec, dyn, bce, kl = self._run.sequence_loss(
             _tensor(images, "images"), None if u is None else _numbers(u, "u"),
             None if transform_ids is None else _tensor(transform_ids, "transform_ids"),
             int(horizon), integrator, int(substeps), float(max_acceleration))
-        return {"total": total, "reconstruction": rec, "dynamics": dyn, "heatmap": bce}
+        out = {"total": total, "reconstruction": rec, "dynamics": dyn, "heatmap": bce}
+        if kl is not None:
+            out["kl"] = kl
+        return out
 
     def acceleration(self, x, xdot, u=None):
         """ẍ = g(x, ẋ, u) of the learned dynamics: x, ẋ [B, 2K], u [A] or [B, A] → [B, 2K]."""

@@ -321,7 +321,11 @@ std::string ResultsCsv(const std::vector<BenchmarkRow>& rows) {
 
 std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResult& result) {
   std::ostringstream s;
-  s << "# Valid prediction time: KeyCLD and its ablations\n\n";
+  const bool baselines =
+      std::any_of(result.rows.begin(), result.rows.end(),
+                  [](const BenchmarkRow& r) { return !FindModelVariant(r.model).image_keypoints; });
+  s << "# Valid prediction time: KeyCLD, its ablations" << (baselines ? " and baselines" : "")
+    << "\n\n";
   if (!options.command.empty()) s << "`" << options.command << "`\n\n";
   s << "VPT in frames (docs/method.md §8): for each validation run, the number of frames predicted "
        "from its first three before the rendered prediction's per-pixel MSE exceeds the data "
@@ -453,7 +457,20 @@ std::vector<Setting> ReadSettings(const BenchmarkOptions& options, const fs::pat
           continue;
         }
         const fs::path own = presets / (SettingName(env, control) + "-" + model + ".toml");
-        if (!fs::exists(own)) continue;
+        if (!fs::exists(own)) {
+          // The setting's preset with the model swapped in must fit the model (the baselines
+          // refuse KeyCLD's augmentation and loss integrators): said now, not after hours.
+          TrainConfig c = setting.config;
+          c.model = model;
+          try {
+            c.Validate();
+          } catch (const InputError& e) {
+            throw InputError(model + " on " + SettingName(env, control) + ": '" + presets.string() +
+                             "' has no " + own.filename().string() + " and '" + file.string() +
+                             "' does not fit it: " + e.what());
+          }
+          continue;
+        }
         TrainConfig c = read(own);
         if (c.model != model) {
           throw InputError("'" + own.string() + "' says [model] model = \"" + c.model + "\", not " +
@@ -703,6 +720,15 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
                            : options.out;
   BenchmarkResult result;
   const std::vector<Setting> settings = ReadSettings(options, presets, &result);
+  const bool any_cell = std::any_of(settings.begin(), settings.end(), [&](const Setting& st) {
+    return std::any_of(options.models.begin(), options.models.end(),
+                       [&](const std::string& m) { return ModelSupportsSystem(m, st.env); });
+  });
+  if (!any_cell) {
+    std::string why;
+    for (const auto& n : result.notes) why += "; " + n;
+    throw InputError("nothing to run: no selected model is built for the selected settings" + why);
+  }
   for (const auto& n : result.notes) {
     if (!options.quiet) std::printf("%s\n", n.c_str());
   }

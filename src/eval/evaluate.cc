@@ -173,6 +173,7 @@ EnergyTrace EnergyRollout(TrainedRun& run, const torch::Tensor& images, const Gr
   EnergyTrace e;
   if (!report->has_energy) {
     e.error = "the model has no energy (" + run.model->spec().model + ")";
+    report->energy_relative_variation = std::nan("");
     return e;
   }
   torch::NoGradGuard no_grad;
@@ -445,6 +446,14 @@ std::string ConstraintResidual(const EvaluationReport& r) {
   return "RMS " + Sci(r.constraint_rms) + ", max " + Sci(r.constraint_max);
 }
 
+// The learned mass scalars, or why there are none.
+std::string Masses(const EvaluationReport& r) {
+  if (r.masses.empty()) return "n/a (no learned Lagrangian of keypoints: " + r.model + ")";
+  std::string out;
+  for (size_t k = 0; k < r.masses.size(); ++k) out += (k ? ", " : "") + Sci(r.masses[k]);
+  return out;
+}
+
 // Why a report has no acceleration check.
 std::string NoAccelerationCheck(const EvaluationReport& r) {
   if (!r.image_keypoints) return kNotImageKeypoints;
@@ -565,10 +574,7 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
      << "| VPT threshold ε | " << Sci(report.epsilon) << " |\n"
      << "| **VPT (frames)** | **" << Fixed(report.vpt.mean, 2) << " ± " << Fixed(report.vpt.std, 2)
      << "**, median " << Fixed(report.vpt.median, 1) << " |\n"
-     << DynamicsMarkdown(report) << "| learned masses m_k | ";
-  for (size_t k = 0; k < report.masses.size(); ++k) {
-    md << (k ? ", " : "") << Sci(report.masses[k]);
-  }
+     << DynamicsMarkdown(report) << "| learned masses m_k | " << Masses(report);
   md << " |\n"
      << "| constraint residual of the estimates on " << ResidualStates(report) << " | "
      << ConstraintResidual(report) << (report.image_keypoints ? " (normalized image units)" : "")
@@ -699,8 +705,12 @@ void WriteCheckpointTable(const EvaluateOptions& options, const std::vector<Chec
     pa.x_label = "epoch";
     pa.y_label = "acceleration scale";
     pa.h_lines = {1.0};
-    WriteLinePlot(out / "checkpoints_acceleration.png", {{"scale", epochs, scale, {}}}, pa);
-    md << "\n![VPT](checkpoints_vpt.png)\n\n![acceleration](checkpoints_acceleration.png)\n";
+    md << "\n![VPT](checkpoints_vpt.png)\n";
+    // No acceleration check (a baseline, a custom system, an imported data set): no plot.
+    if (std::all_of(scale.begin(), scale.end(), [](double v) { return std::isfinite(v); })) {
+      WriteLinePlot(out / "checkpoints_acceleration.png", {{"scale", epochs, scale, {}}}, pa);
+      md << "\n![acceleration](checkpoints_acceleration.png)\n";
+    }
   }
   WriteTextAtomically(out / "checkpoints.json", j.dump(2) + "\n");
   WriteTextAtomically(out / "checkpoints.md", md.str());
@@ -761,9 +771,9 @@ std::string FormatEvaluationSummary(const EvaluationReport& r) {
     << (r.mse_mean.size() > 10 ? Sci(r.mse_mean[10]) : "-") << " / "
     << (r.mse_mean.empty() ? "-" : Sci(r.mse_mean.back()))
     << " (mean over runs; - = no such frame)\n"
-    << "  constraint residual    " << ConstraintResidual(r) << " on " << ResidualStates(r) << "\n"
-    << "  masses m_k             ";
-  for (size_t k = 0; k < r.masses.size(); ++k) s << (k ? ", " : "") << Sci(r.masses[k]);
+    << "  constraint residual    " << ConstraintResidual(r)
+    << (r.image_keypoints ? " on " + ResidualStates(r) : std::string()) << "\n"
+    << "  masses m_k             " << Masses(r);
   s << "\n  V vs true potential    " << PotentialFit(r) << "\n"
     << "  energy variation       "
     << (std::isfinite(r.energy_relative_variation) ? Sci(r.energy_relative_variation) : "n/a")

@@ -54,11 +54,16 @@ fs::path WriteRunReport(const RunReportInputs& in) {
      << "| VPT threshold ε | " << Num("%.3g", e.epsilon) << " |\n"
      << "| learned masses m_k | ";
   for (size_t k = 0; k < e.masses.size(); ++k) md << (k ? ", " : "") << Num("%.3g", e.masses[k]);
+  if (e.masses.empty()) md << "n/a (no learned Lagrangian of keypoints: " << e.model << ")";
   md << " |\n"
-     << "| constraint residual of the estimated keypoints (state grid) | RMS "
-     << Num("%.3g", e.constraint_rms) << ", max " << Num("%.3g", e.constraint_max) << " |\n"
+     << "| constraint residual of the estimated keypoints (state grid) | "
+     << (e.image_keypoints
+             ? "RMS " + Num("%.3g", e.constraint_rms) + ", max " + Num("%.3g", e.constraint_max)
+             : std::string("n/a (the model's states are generalised coordinates, "
+                           "not image keypoints)"))
+     << " |\n"
      << "| learned V against the simulator's potential energy (R²) | "
-     << Num("%.3f", e.potential_r2) << " |\n"
+     << (std::isfinite(e.potential_r2) ? Num("%.3f", e.potential_r2) : std::string("n/a")) << " |\n"
      << "| learned-energy variation along an unactuated rollout | "
      << (std::isfinite(e.energy_relative_variation) ? Num("%.3g", e.energy_relative_variation)
                                                     : std::string("n/a"))

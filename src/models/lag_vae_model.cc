@@ -24,7 +24,9 @@ const ModelSpec& CheckAngleSystem(const ModelSpec& spec) {
   if (!ModelSupportsSystem(spec.model, spec.env)) {
     throw InputError("model '" + spec.model + "' is built for the pendulum (one angle) only; '" +
                      spec.SystemName() +
-                     "' needs translation coordinates and a chain of encoders (docs/baselines.md)");
+                     "' has more than one body, which needs a chain of encoders (and, for the "
+                     "cartpole, a translation coordinate) that are not built yet "
+                     "(docs/baselines.md)");
   }
   return spec;
 }
@@ -76,7 +78,7 @@ AnglePosterior LagVaeModelImpl::Posterior(const torch::Tensor& images) {
                      ", " + std::to_string(S) + "], got " + c10::str(images.sizes()));
   }
   torch::Tensor out =
-      encoder_->forward((images - input_mean_.unsqueeze(0)).reshape({images.size(0), -1}));
+      encoder_->forward((images - input_mean_.unsqueeze(0)).reshape({images.size(0), 3 * S * S}));
   return {out.slice(1, 0, 2), torch::nn::functional::softplus(out.select(1, 2)) + 1.0};
 }
 
@@ -93,6 +95,7 @@ torch::Tensor LagVaeModelImpl::Render(const torch::Tensor& keypoints) {
                      c10::str(keypoints.sizes()));
   }
   const int64_t T = keypoints.size(0), S = spec().image_size;
+  if (T == 0) return torch::empty({0, 3, S, S}, keypoints.options().dtype(torch::kFloat32));
   torch::Tensor q = keypoints.select(1, 0).to(encoder_->parameters()[0].scalar_type());
   if (!coordinate_aware_) return torch::sigmoid(decoder_->forward(q)).reshape({T, 3, S, S});
   torch::Tensor sprite = decoder_->forward(torch::ones({1, 1}, q.options())).reshape({1, 4, S, S});

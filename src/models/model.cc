@@ -102,10 +102,9 @@ bool ModelImpl::StatesAreImageKeypoints() const {
 
 EnergyModel& ModelImpl::RequireEnergy(const std::string& purpose) {
   if (EnergyModel* e = energy()) return *e;
-  throw InputError("a " + spec_.model + " model has no " + purpose + ": its dynamics are a " +
-                   FindModelVariant(spec_.model).description +
-                   " (only models with a learned Lagrangian, keycld and keycld-nc, have M, V and "
-                   "B)");
+  throw InputError(purpose + " needs a model with a learned Lagrangian of keypoints (keycld or " +
+                   "keycld-nc: M, V and B); a " + spec_.model + " model is a " +
+                   FindModelVariant(spec_.model).description);
 }
 
 torch::Tensor ModelImpl::MassScalars() { return RequireEnergy("a mass matrix").MassScalars(); }

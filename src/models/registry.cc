@@ -10,37 +10,57 @@
 namespace keycld {
 
 const std::vector<ModelVariant>& ModelVariants() {
+  // Every field named: image_keypoints, systems, loss_integrators and augmentation say what the
+  // baselines differ in (registry.h).
+  static const std::vector<IntegratorMethod> any_integrator,
+      published{IntegratorMethod::kEuler, IntegratorMethod::kRk4};
   static const std::vector<ModelVariant> variants = {
-      {"keycld",
-       "constrained Lagrangian",
-       true,
-       [](const ModelSpec& s) { return Model(std::make_shared<LagrangianModelImpl>(s, true)); },
-       true,
-       {}},
-      {"keycld-nc",
-       "Lagrangian without constraints",
-       true,
-       [](const ModelSpec& s) { return Model(std::make_shared<LagrangianModelImpl>(s, false)); },
-       true,
-       {}},
-      {"node2",
-       "black-box second-order ODE",
-       false,
-       [](const ModelSpec& s) { return Model(std::make_shared<Node2ModelImpl>(s)); },
-       true,
-       {}},
-      {"lag-vae",
-       "Lagrangian VAE baseline: angle posterior, MLP decoder",
-       false,
-       [](const ModelSpec& s) { return Model(std::make_shared<LagVaeModelImpl>(s, false)); },
-       false,
-       {EnvName::kPendulum}},
-      {"lag-cavae",
-       "Lagrangian VAE baseline: angle posterior, coordinate-aware sprite decoder",
-       false,
-       [](const ModelSpec& s) { return Model(std::make_shared<LagVaeModelImpl>(s, true)); },
-       false,
-       {EnvName::kPendulum}},
+      {.name = "keycld",
+       .description = "constrained Lagrangian",
+       .has_energy = true,
+       .create =
+           [](const ModelSpec& s) { return Model(std::make_shared<LagrangianModelImpl>(s, true)); },
+       .image_keypoints = true,
+       .systems = {},
+       .loss_integrators = any_integrator,
+       .augmentation = true},
+      {.name = "keycld-nc",
+       .description = "Lagrangian without constraints",
+       .has_energy = true,
+       .create =
+           [](const ModelSpec& s) {
+             return Model(std::make_shared<LagrangianModelImpl>(s, false));
+           },
+       .image_keypoints = true,
+       .systems = {},
+       .loss_integrators = any_integrator,
+       .augmentation = true},
+      {.name = "node2",
+       .description = "black-box second-order ODE",
+       .has_energy = false,
+       .create = [](const ModelSpec& s) { return Model(std::make_shared<Node2ModelImpl>(s)); },
+       .image_keypoints = true,
+       .systems = {},
+       .loss_integrators = any_integrator,
+       .augmentation = true},
+      {.name = "lag-vae",
+       .description = "Lagrangian VAE baseline: angle posterior, MLP decoder",
+       .has_energy = false,
+       .create =
+           [](const ModelSpec& s) { return Model(std::make_shared<LagVaeModelImpl>(s, false)); },
+       .image_keypoints = false,
+       .systems = {EnvName::kPendulum},
+       .loss_integrators = published,
+       .augmentation = false},
+      {.name = "lag-cavae",
+       .description = "Lagrangian VAE baseline: angle posterior, coordinate-aware sprite decoder",
+       .has_energy = false,
+       .create =
+           [](const ModelSpec& s) { return Model(std::make_shared<LagVaeModelImpl>(s, true)); },
+       .image_keypoints = false,
+       .systems = {EnvName::kPendulum},
+       .loss_integrators = published,
+       .augmentation = false},
   };
   return variants;
 }

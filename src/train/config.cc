@@ -273,6 +273,31 @@ void TrainConfig::Validate() const {
     fail("device must be cpu, cuda or cuda:N, got '" + device + "'");
   }
   ParsePrecision(precision);
+  // What the model's own objective accepts (the VAE baselines: docs/baselines.md).
+  const ModelVariant& variant = FindModelVariant(model);
+  if (!variant.loss_integrators.empty()) {
+    auto allowed = [&](const std::string& name) {
+      const IntegratorMethod m = ParseIntegratorMethod(name);
+      return std::find(variant.loss_integrators.begin(), variant.loss_integrators.end(), m) !=
+             variant.loss_integrators.end();
+    };
+    std::string names;
+    for (IntegratorMethod m : variant.loss_integrators) {
+      names += (names.empty() ? "" : " or ") + IntegratorMethodString(m);
+    }
+    if (!allowed(integrator) || (integrator_warmup_epochs > 0 && !allowed(warmup_integrator))) {
+      fail("[train] model '" + model + "' trains with " + names + ", got integrator '" +
+           integrator + "'" +
+           (integrator_warmup_epochs > 0 ? " and warmup_integrator '" + warmup_integrator + "'"
+                                         : std::string()) +
+           " (its presets: configs/cpu-quick/pendulum-*-" + model + ".toml)");
+    }
+  }
+  if (!variant.augmentation && augment) {
+    fail("[train] model '" + model + "' trains without the dihedral augmentation (as published): " +
+         "set augment = false, or train with its preset configs/cpu-quick/pendulum-*-" + model +
+         ".toml");
+  }
 }
 
 int64_t TrainConfig::StepsPerEpoch(int64_t train_runs) const {

@@ -11,7 +11,8 @@
 //   its ablations share (docs/method.md §3).
 //
 // States are keypoints in normalized image coordinates (docs/method.md §2): [T, K, 2] from
-// Encode, [B, 2K] for the dynamics.
+// Encode, [B, 2K] for the dynamics. The VAE baselines (lag_vae_model.h) carry their generalised
+// coordinate (cos q, sin q) in the same shapes instead (StatesAreImageKeypoints() is false).
 #pragma once
 
 #include <torch/torch.h>

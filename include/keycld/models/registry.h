@@ -23,6 +23,11 @@ struct ModelVariant {
   bool image_keypoints = true;
   /// The built-in systems it is built for; empty = every system (built-in or described).
   std::vector<EnvName> systems;
+  /// The training integrators its objective accepts ([train] integrator, and warmup_integrator
+  /// while a warm-up lasts); empty = every fixed-step one (euler, rk4, verlet).
+  std::vector<IntegratorMethod> loss_integrators;
+  /// Whether its objective uses the dihedral augmentation ([train] augment).
+  bool augmentation = true;
 };
 
 /// Every variant, in the order of the paper's table.
