@@ -96,7 +96,7 @@ torch::Tensor LagVaeModelImpl::Render(const torch::Tensor& keypoints) {
   }
   const int64_t T = keypoints.size(0), S = spec().image_size;
   if (T == 0) return torch::empty({0, 3, S, S}, keypoints.options().dtype(torch::kFloat32));
-  torch::Tensor q = keypoints.select(1, 0).to(encoder_->parameters()[0].scalar_type());
+  torch::Tensor q = keypoints.select(1, 0).to(input_mean_.scalar_type());
   if (!coordinate_aware_) return torch::sigmoid(decoder_->forward(q)).reshape({T, 3, S, S});
   torch::Tensor sprite = decoder_->forward(torch::ones({1, 1}, q.options())).reshape({1, 4, S, S});
   // Colour and opacity in (0, 1), placed together; outside the sprite the opacity is 0 (zero
