@@ -129,7 +129,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
   auto a = std::make_shared<TrainArgs>();
   auto* cmd = app.add_subcommand("train",
                                  "Train KeyCLD (or its ablations keycld-nc, node2 or the baselines "
-                                 "lag-vae, lag-cavae) on a data set (unsupervised)");
+                                 "lag-vae, lag-cavae, hgn) on a data set (unsupervised)");
   cmd->add_option("--data", a->data, "HDF5 data set (keycld generate)");
   cmd->add_option("--out", a->out, "Run folder (config.toml, checkpoints/, metrics.jsonl)")
       ->required();
@@ -148,8 +148,9 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
   cmd->add_option(
          "--model", a->model,
          "keycld | keycld-nc (no constraints) | node2 (black-box ODE) | lag-vae | lag-cavae "
-         "(the paper's VAE baselines, pendulum only: train them with their presets "
-         "configs/cpu-quick/pendulum-*-lag-*.toml); default keycld")
+         "(the paper's VAE baselines, pendulum only) | hgn (Hamiltonian Generative Network, "
+         "unactuated data only); train the baselines with their presets "
+         "configs/cpu-quick/*-<model>.toml; default keycld")
       ->check(CLI::IsMember(ModelVariantNames()));
   cmd->add_option("--integrator", a->integrator,
                   "Integrator of the dynamics loss after the warm-up: euler (the paper's, "

@@ -392,11 +392,13 @@ class PyRun {
     Model& model = run_.model;
     const int S = model->spec().image_size, A = model->spec().action_dim;
     if (frames < 3) throw InputError("frames must be ≥ 3, got " + std::to_string(frames));
+    const int64_t F0 = std::max<int64_t>(3, PredictionInputFrames(model));
     if (first_frames.scalar_type() != torch::kUInt8 || first_frames.dim() != 4 ||
-        first_frames.size(0) < 3 || first_frames.size(1) != S || first_frames.size(2) != S ||
+        first_frames.size(0) < F0 || first_frames.size(1) != S || first_frames.size(2) != S ||
         first_frames.size(3) != 3) {
-      throw InputError("images must be uint8 [T ≥ 3, " + std::to_string(S) + ", " +
-                       std::to_string(S) + ", 3], got " + ShapeText(first_frames));
+      throw InputError("images must be uint8 [T ≥ " + std::to_string(F0) + ", " +
+                       std::to_string(S) + ", " + std::to_string(S) + ", 3], got " +
+                       ShapeText(first_frames));
     }
     if (action.dim() != 1 || action.size(0) != A) {
       throw InputError("action must be [" + std::to_string(A) + "], got " + ShapeText(action));
@@ -408,9 +410,9 @@ class PyRun {
     io.max_steps = std::max<int64_t>(io.max_steps, int64_t(frames) * 2000);
     KeypointPrediction p = [&] {
       torch::NoGradGuard no_grad;
-      return PredictKeypoints(model, first_frames.slice(0, 0, 3).unsqueeze(0).contiguous(),
-                              action.to(torch::kFloat32).reshape({1, A}), frames,
-                              IntegratorMethod::kDopri5, io);
+      return PredictKeypoints(
+          model, first_frames.slice(0, 0, PredictionInputFrames(model)).unsqueeze(0).contiguous(),
+          action.to(torch::kFloat32).reshape({1, A}), frames, IntegratorMethod::kDopri5, io);
     }();
     SetDynamicsDtype(dtype);  // PredictKeypoints' float64 guard restores float32
     Prediction out;
@@ -677,7 +679,7 @@ PYBIND11_MODULE(_keycld, m) {
       .def(
           "render",
           [](PyRun& r, const torch::Tensor& keypoints) {
-            const int K = r.model()->spec().num_keypoints;
+            const int64_t K = r.model()->StatePoints();
             torch::Tensor k = keypoints.dim() == 2 ? keypoints.unsqueeze(0) : keypoints;
             if (!keypoints.is_floating_point() || k.dim() != 3 || k.size(1) != K ||
                 k.size(2) != 2) {

@@ -402,5 +402,40 @@ TEST(Benchmark, ABaselineTrainsWithItsOwnPresetAndSkipsSystemsItIsNotBuiltFor) {
   EXPECT_EQ(csv.find("cartpole,none,lag-cavae"), std::string::npos) << csv;
 }
 
+// HGN has no action input: its cells on actuated settings are skipped with a note, and its
+// unactuated cell trains with its own preset and is scored from its five-frame stacks.
+TEST(Benchmark, HgnSkipsActuatedSettings) {
+  testing::TempDir dir;
+  fs::create_directories(dir / "configs/tiny");
+  for (const char* control : {"none", "full"}) {
+    std::ofstream(dir / "configs/tiny" / (std::string("pendulum-") + control + ".toml"))
+        << "[data]\nenv = \"pendulum\"\ncontrol = \"" << control
+        << "\"\nsize = 32\nruns = 6\nframes = 10\n[model]\nhidden = 8\n[train]\nepochs = 1\n"
+        << "threads = 2\n[eval]\nval_runs = 1\nrtol = 1e-6\natol = 1e-6\n";
+  }
+  std::ofstream(dir / "configs/tiny/pendulum-none-hgn.toml")
+      << "[data]\nenv = \"pendulum\"\ncontrol = \"none\"\nsize = 32\nruns = 6\nframes = 10\n"
+      << "[model]\nmodel = \"hgn\"\nhidden = 8\n[train]\nepochs = 1\nthreads = 2\n"
+      << "augment = false\n[eval]\nval_runs = 1\nrtol = 1e-6\natol = 1e-6\n";
+  std::string out;
+  ASSERT_EQ(testing::RunCli("benchmark --preset tiny --envs pendulum --controls none,full "
+                            "--models hgn",
+                            &out, dir.path()),
+            0)
+      << out;
+  EXPECT_NE(out.find("skipped hgn on pendulum-full: it has no action input"), std::string::npos)
+      << out;
+  const fs::path root = dir / "runs/benchmark-tiny";
+  EXPECT_FALSE(fs::exists(root / "pendulum-full-hgn-seed0"));
+  const std::string csv = ReadText(root / "results.csv");
+  EXPECT_NE(csv.find("pendulum,none,hgn,1,1,"), std::string::npos) << csv;
+  EXPECT_EQ(csv.find("pendulum,full,hgn"), std::string::npos) << csv;
+  EXPECT_NE(testing::RunCli("benchmark --preset tiny --envs pendulum --controls full "
+                            "--models hgn --out runs/none",
+                            &out, dir.path()),
+            0);
+  EXPECT_NE(out.find("nothing to run"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace keycld

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "keycld/data/generate.h"
@@ -57,12 +59,46 @@ inline TrainOptions TinyTrainOptions(const std::filesystem::path& data,
   return t;
 }
 
+/// TinyTrainOptions for a baseline (lag-vae, lag-cavae, hgn): no augmentation, Adam at 1e-3 for
+/// every parameter, as their presets.
+inline TrainOptions BaselineTrainOptions(const std::filesystem::path& data,
+                                         const std::filesystem::path& run,
+                                         const std::string& kind) {
+  TrainOptions t = TinyTrainOptions(data, run);
+  t.config.model = kind;
+  t.config.augment = false;
+  t.config.lr = 1e-3;
+  t.config.dynamics_lr_scale = 1.0;
+  return t;
+}
+
 /// Copies of the parameters of a checkpoint's model, in the model's order.
 inline std::vector<torch::Tensor> CheckpointParameters(const std::filesystem::path& checkpoint) {
   auto model = LoadModel(checkpoint, torch::kCPU);
   std::vector<torch::Tensor> out;
   for (auto& p : model->parameters()) out.push_back(p.detach().clone());
   return out;
+}
+
+/// Trains `run` for `steps` steps straight (in run_dir + "-straight") and interrupted after
+/// `first` steps, then resumed to `steps` (in run_dir + "-resumed"), and returns both final
+/// checkpoints' parameters, for a test to compare.
+inline std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> StraightAndResumed(
+    TrainOptions run, int64_t first, int64_t steps) {
+  const std::filesystem::path base = run.run_dir;
+  TrainOptions straight = run;
+  straight.run_dir = base.string() + "-straight";
+  straight.config.max_steps = steps;
+  Train(straight);
+  TrainOptions resumed = run;
+  resumed.run_dir = base.string() + "-resumed";
+  resumed.config.max_steps = first;
+  Train(resumed);
+  resumed.config.max_steps = steps;
+  resumed.resume = true;
+  Train(resumed);
+  return {CheckpointParameters(straight.run_dir / "checkpoints/last.pt"),
+          CheckpointParameters(resumed.run_dir / "checkpoints/last.pt")};
 }
 
 }  // namespace keycld::testing

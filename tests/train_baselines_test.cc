@@ -1,6 +1,7 @@
 // The Lagrangian VAE baselines lag-vae and lag-cavae (docs/baselines.md) in the harness: the
-// published network shapes, their windowed objective computed by hand, a tiny training that
-// lowers it, a resume that is exact, and evaluate / predict on a trained baseline.
+// published network shapes, their windowed objective computed by hand, a tiny training of every
+// baseline (HGN too) that lowers its loss, a resume that is exact, and evaluate / predict on a
+// trained baseline.
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -138,23 +139,17 @@ TEST(Baselines, TheWindowedObjectiveIsTheOneWrittenOutByHand) {
   EXPECT_THROW(SequenceLoss(model, images, u, {}, bad), InputError);
 }
 
-TrainOptions BaselineRun(const std::filesystem::path& data, const std::filesystem::path& run,
-                         const std::string& kind) {
-  TrainOptions t = testing::TinyTrainOptions(data, run);
-  t.config.model = kind;
-  t.config.augment = false;
-  t.config.lr = 1e-3;
-  t.config.dynamics_lr_scale = 1.0;
-  return t;
-}
-
+// Every baseline, HGN included (its encoder reads 32 × 32 frames).
 TEST(Baselines, ATinyTrainingLowersTheLossAndResumesExactly) {
   testing::TempDir dir;
-  const auto data = testing::TinyPendulumData(dir.path());
-  const torch::Tensor images = TinyImages(data);
-  for (const char* kind : kBaselines) {
+  const auto data16 = testing::TinyPendulumData(dir.path());
+  const auto data32 = testing::TinyPendulumData(dir.path(), 32);
+  for (const char* kind : {"lag-vae", "lag-cavae", "hgn"}) {
     const std::string k = kind;
-    auto opt = BaselineRun(data, dir / (k + "-long"), k);
+    const int size = k == "hgn" ? 32 : 16;
+    const auto data = size == 32 ? data32 : data16;
+    const torch::Tensor images = TinyImages(data);
+    auto opt = testing::BaselineTrainOptions(data, dir / (k + "-long"), k);
     opt.config.epochs = 8;
     LossOptions lo;
     lo.noise_seed = 1;
@@ -164,6 +159,7 @@ TEST(Baselines, ATinyTrainingLowersTheLossAndResumesExactly) {
     };
     torch::manual_seed(opt.config.seed);
     ModelSpec spec = testing::TinyModelSpec(EnvName::kPendulum, k);
+    spec.image_size = size;
     const double before = loss_of(CreateModel(spec));
     TrainSummary s = Train(opt);
     EXPECT_EQ(s.steps, 8 * 5);
@@ -177,17 +173,8 @@ TEST(Baselines, ATinyTrainingLowersTheLossAndResumesExactly) {
 
     // Interrupted after 3 steps and resumed to 8 equals 8 steps straight (the posterior samples
     // come from the checkpointed stream).
-    auto straight = BaselineRun(data, dir / (k + "-straight"), k);
-    straight.config.max_steps = 8;
-    Train(straight);
-    auto first = BaselineRun(data, dir / (k + "-resumed"), k);
-    first.config.max_steps = 3;
-    Train(first);
-    first.config.max_steps = 8;
-    first.resume = true;
-    Train(first);
-    auto a = testing::CheckpointParameters(dir / (k + "-straight/checkpoints/last.pt"));
-    auto b = testing::CheckpointParameters(dir / (k + "-resumed/checkpoints/last.pt"));
+    auto [a, b] =
+        testing::StraightAndResumed(testing::BaselineTrainOptions(data, dir / k, k), 3, 8);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << k << " " << i;
   }
@@ -220,7 +207,7 @@ TEST(Baselines, ConfigRefusesAugmentationAndIntegratorsTheObjectiveDoesNotTake) 
 TEST(Baselines, EvaluateAndPredictSayWhatDoesNotApply) {
   testing::TempDir dir;
   const auto data = testing::TinyPendulumData(dir.path());
-  auto opt = BaselineRun(data, dir / "run", "lag-cavae");
+  auto opt = testing::BaselineTrainOptions(data, dir / "run", "lag-cavae");
   opt.config.epochs = 1;
   Train(opt);
   EvaluateOptions eo;
@@ -266,7 +253,7 @@ TEST(Baselines, EveryShippedPresetLoadsAndBaselinePresetsShareTheSettingsData) {
     ASSERT_NO_THROW(c = TrainConfig::FromToml(e.path())) << e.path();
     EXPECT_NO_THROW(c.Validate()) << e.path();
     const std::string stem = e.path().stem().string();
-    for (const char* kind : kBaselines) {
+    for (const char* kind : {"lag-vae", "lag-cavae", "hgn"}) {
       const std::string suffix = std::string("-") + kind;
       if (stem.size() <= suffix.size() || stem.substr(stem.size() - suffix.size()) != suffix) {
         continue;
@@ -281,7 +268,9 @@ TEST(Baselines, EveryShippedPresetLoadsAndBaselinePresetsShareTheSettingsData) {
     }
   }
   EXPECT_GE(files, 16);
-  EXPECT_EQ(own, 8);  // {cpu-quick, paper} × {none, full} × {lag-vae, lag-cavae}
+  // {cpu-quick, paper} × ({none, full} × {lag-vae, lag-cavae} + {pendulum, cartpole, acrobot}
+  // unactuated × hgn)
+  EXPECT_EQ(own, 14);
 }
 
 }  // namespace

@@ -79,8 +79,8 @@ int FallbackVpt(Model& model, const torch::Tensor& images, const torch::Tensor& 
     io.substeps = 10;
     io.check_finite = false;
     const int64_t N = images.size(1);
-    KeypointPrediction p =
-        PredictKeypoints(model, images.slice(1, 0, 3), actions, N, IntegratorMethod::kRk4, io);
+    KeypointPrediction p = PredictKeypoints(model, images.slice(1, 0, PredictionInputFrames(model)),
+                                            actions, N, IntegratorMethod::kRk4, io);
     torch::Tensor finite = torch::isfinite(p.keypoints).flatten(2).all(2).to(torch::kCPU);
     torch::Tensor kp =
         torch::where(torch::isfinite(p.keypoints), p.keypoints, torch::zeros_like(p.keypoints));
@@ -410,6 +410,12 @@ struct Setting {
   std::map<std::string, TrainConfig> model_configs;
 };
 
+// Whether `model` has a cell in `setting`: a system it is built for and, for a model without an
+// action input (HGN), unactuated data.
+bool Fits(const std::string& model, const Setting& setting) {
+  return ModelSupportsSystem(model, setting.env) && ModelSupportsControl(model, setting.control);
+}
+
 // The preset's configs of the selected settings, with the options' overrides; a combination
 // that does not exist (a control mode an environment lacks) becomes a note. Read first, so that
 // a bad preset is reported before hours of training.
@@ -454,6 +460,12 @@ std::vector<Setting> ReadSettings(const BenchmarkOptions& options, const fs::pat
           result->notes.push_back("skipped " + model + " on " + SettingName(env, control) +
                                   ": it is built for " + SupportedSystems(model) +
                                   " (docs/baselines.md)");
+          continue;
+        }
+        if (!ModelSupportsControl(model, control)) {
+          result->notes.push_back("skipped " + model + " on " + SettingName(env, control) +
+                                  ": it has no action input and trains on unactuated data only "
+                                  "(docs/baselines.md)");
           continue;
         }
         const fs::path own = presets / (SettingName(env, control) + "-" + model + ".toml");
@@ -631,7 +643,7 @@ void CollectSetting(const BenchmarkOptions& options, const Setting& setting, con
   for (const std::string& model : options.models) {
     for (int seed = 0; seed < options.seeds; ++seed) {
       ++*index;
-      if (!ModelSupportsSystem(model, setting.env)) continue;
+      if (!Fits(model, setting)) continue;
       TrainConfig cfg;
       BenchmarkCell cell = NewCell(setting, model, seed, out, &cfg);
       if (ReadCachedCell(cell.dir / "result.json", cfg, data_file, &cell)) {
@@ -722,7 +734,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
   const std::vector<Setting> settings = ReadSettings(options, presets, &result);
   const bool any_cell = std::any_of(settings.begin(), settings.end(), [&](const Setting& st) {
     return std::any_of(options.models.begin(), options.models.end(),
-                       [&](const std::string& m) { return ModelSupportsSystem(m, st.env); });
+                       [&](const std::string& m) { return Fits(m, st); });
   });
   if (!any_cell) {
     std::string why;
@@ -742,7 +754,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
     bool any = false;
     for (int k = 0; k < per_setting; ++k) {
       any = any || (CellInShard(first + k, options.shard_index, options.shard_count) &&
-                    ModelSupportsSystem(options.models[size_t(k / options.seeds)], setting.env));
+                    Fits(options.models[size_t(k / options.seeds)], setting));
     }
     if (options.collect) {
       CollectSetting(options, setting, out, &index, &result);
@@ -757,7 +769,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
     for (const std::string& model : options.models) {
       for (int seed = 0; seed < options.seeds; ++seed) {
         const int k = index++;
-        if (!ModelSupportsSystem(model, setting.env)) continue;
+        if (!Fits(model, setting)) continue;
         if (!CellInShard(k, options.shard_index, options.shard_count)) continue;
         const std::string label = "[" + std::to_string(k + 1) + "/" + std::to_string(total) + "] " +
                                   CellName(setting.env, setting.control, model, seed);

@@ -260,16 +260,23 @@ RolloutDiagnostics DiagnoseRollouts(Model& model, const torch::Tensor& images, c
         "DiagnoseRollouts: images [R, N, H, W, 3] and the VPT's predicted "
         "keypoints [R, N, K, 2] must match");
   }
-  const int64_t R = images.size(0), N = images.size(1), K = spec.num_keypoints;
+  const int64_t R = images.size(0), N = images.size(1), K = model->StatePoints();
   const torch::Device device = model->device();
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
   std::vector<torch::Tensor> chunks;
-  const torch::Tensor flat = images.reshape({R * N, spec.image_size, spec.image_size, 3});
-  for (int64_t s = 0; s < R * N; s += 256) {
-    const int64_t e = std::min(R * N, s + 256);
-    chunks.push_back(model->Encode(ImagesToFloat(flat.slice(0, s, e), device)).keypoints);
+  if (model->EncoderFrames() > 1) {
+    // An encoder of stacked frames (HGN) reads consecutive frames of one run.
+    for (int64_t r = 0; r < R; ++r) {
+      chunks.push_back(model->Encode(ImagesToFloat(images[r], device)).keypoints);
+    }
+  } else {
+    const torch::Tensor flat = images.reshape({R * N, spec.image_size, spec.image_size, 3});
+    for (int64_t s = 0; s < R * N; s += 256) {
+      const int64_t e = std::min(R * N, s + 256);
+      chunks.push_back(model->Encode(ImagesToFloat(flat.slice(0, s, e), device)).keypoints);
+    }
   }
   if (was_training) model->train();
   const torch::Tensor estimated = torch::cat(chunks).reshape({R, N, K, 2});

@@ -172,8 +172,8 @@ std::vector<uint8_t> GroundTruthFrames(const Dataset& data, GlBackend gl, Predic
   return truth;
 }
 
-// The keypoint prediction from the first three frames (§8): Dormand–Prince at the run
-// config's tolerances. Returns float [F, K, 2] on the CPU.
+// The keypoint prediction from the first three frames (§8; HGN: its first five): Dormand–Prince at
+// the run config's tolerances. Returns float [F, K, 2] on the CPU.
 torch::Tensor PredictFromFirstFrames(Model& model, const TrainedRun& run,
                                      std::vector<uint8_t>& truth, PredictionOutput* r) {
   const DatasetInfo& info = run.data->info();
@@ -183,7 +183,13 @@ torch::Tensor PredictFromFirstFrames(Model& model, const TrainedRun& run,
       torch::tensor(std::vector<double>(action.begin(), action.begin() + info.nu))
           .to(torch::kFloat32)
           .reshape({1, info.nu});
-  torch::Tensor first3 = torch::from_blob(truth.data(), {1, 3, S, S, 3}, torch::kUInt8).clone();
+  const int64_t F0 = PredictionInputFrames(model);
+  if (r->frames < F0) {
+    throw InputError("model '" + model->spec().model + "' predicts from its first " +
+                     std::to_string(F0) + " frames: --frames must be at least " +
+                     std::to_string(F0) + ", got " + std::to_string(r->frames));
+  }
+  torch::Tensor first3 = torch::from_blob(truth.data(), {1, F0, S, S, 3}, torch::kUInt8).clone();
   IntegratorOptions io;
   io.rtol = run.config.rtol;
   io.atol = run.config.atol;
@@ -217,7 +223,10 @@ ScoredFrames ScoreFrames(Model& model, const std::vector<uint8_t>& truth,
     const int64_t n = std::min<int64_t>(kChunk, F - s);
     torch::Tensor images = FramesToFloat(truth, s, n, S, device);
     torch::Tensor out = model->Render(predicted.slice(0, s, s + n).to(device));
-    Encoding enc = model->Encode(images);
+    // An encoder of stacked frames (HGN) reads the frames after the chunk too.
+    const int64_t more = std::min<int64_t>(model->EncoderFrames() - 1, F - s - n);
+    Encoding enc = model->Encode(more > 0 ? FramesToFloat(truth, s, n + more, S, device) : images);
+    enc.keypoints = enc.keypoints.slice(0, 0, n);
     mses.push_back((out - images).square().mean({1, 2, 3}).to(torch::kCPU));
     rendered.push_back(out.to(torch::kCPU));
     if (image_keypoints) {

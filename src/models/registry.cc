@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "keycld/models/hgn_model.h"
 #include "keycld/models/lag_vae_model.h"
 #include "keycld/models/lagrangian_model.h"
 #include "keycld/models/node2_model.h"
@@ -10,8 +11,8 @@
 namespace keycld {
 
 const std::vector<ModelVariant>& ModelVariants() {
-  // Every field named: image_keypoints, systems, loss_integrators and augmentation say what the
-  // baselines differ in (registry.h).
+  // Every field named: image_keypoints, systems, loss_integrators, augmentation and takes_actions
+  // say what the baselines differ in (registry.h).
   static const std::vector<IntegratorMethod> any_integrator,
       published{IntegratorMethod::kEuler, IntegratorMethod::kRk4};
   static const std::vector<ModelVariant> variants = {
@@ -23,7 +24,8 @@ const std::vector<ModelVariant>& ModelVariants() {
        .image_keypoints = true,
        .systems = {},
        .loss_integrators = any_integrator,
-       .augmentation = true},
+       .augmentation = true,
+       .takes_actions = true},
       {.name = "keycld-nc",
        .description = "Lagrangian without constraints",
        .has_energy = true,
@@ -34,7 +36,8 @@ const std::vector<ModelVariant>& ModelVariants() {
        .image_keypoints = true,
        .systems = {},
        .loss_integrators = any_integrator,
-       .augmentation = true},
+       .augmentation = true,
+       .takes_actions = true},
       {.name = "node2",
        .description = "black-box second-order ODE",
        .has_energy = false,
@@ -42,7 +45,8 @@ const std::vector<ModelVariant>& ModelVariants() {
        .image_keypoints = true,
        .systems = {},
        .loss_integrators = any_integrator,
-       .augmentation = true},
+       .augmentation = true,
+       .takes_actions = true},
       {.name = "lag-vae",
        .description = "Lagrangian VAE baseline: angle posterior, MLP decoder",
        .has_energy = false,
@@ -51,7 +55,8 @@ const std::vector<ModelVariant>& ModelVariants() {
        .image_keypoints = false,
        .systems = {EnvName::kPendulum},
        .loss_integrators = published,
-       .augmentation = false},
+       .augmentation = false,
+       .takes_actions = true},
       {.name = "lag-cavae",
        .description = "Lagrangian VAE baseline: angle posterior, coordinate-aware sprite decoder",
        .has_energy = false,
@@ -60,7 +65,18 @@ const std::vector<ModelVariant>& ModelVariants() {
        .image_keypoints = false,
        .systems = {EnvName::kPendulum},
        .loss_integrators = published,
-       .augmentation = false},
+       .augmentation = false,
+       .takes_actions = true},
+      {.name = "hgn",
+       .description = "Hamiltonian Generative Network baseline: stacked-frame encoder, "
+                      "convolutional Hamiltonian",
+       .has_energy = false,
+       .create = [](const ModelSpec& s) { return Model(std::make_shared<HgnModelImpl>(s)); },
+       .image_keypoints = false,
+       .systems = {},
+       .loss_integrators = any_integrator,
+       .augmentation = false,
+       .takes_actions = false},
   };
   return variants;
 }
@@ -85,6 +101,10 @@ bool ModelSupportsSystem(const std::string& model, EnvName env) {
   return systems.empty() || std::find(systems.begin(), systems.end(), env) != systems.end();
 }
 
+bool ModelSupportsControl(const std::string& model, ControlMode control) {
+  return FindModelVariant(model).takes_actions || control == ControlMode::kNone;
+}
+
 std::string SupportedSystems(const std::string& model) {
   const std::vector<EnvName>& systems = FindModelVariant(model).systems;
   if (systems.empty()) return "every system";
@@ -100,7 +120,7 @@ std::string ModelFromLegacyDynamics(const std::string& dynamics) {
   if (dynamics == "unconstrained") return "keycld-nc";
   throw InputError("unknown dynamics '" + dynamics +
                    "' (expected constrained or unconstrained; newer files say model = keycld, "
-                   "keycld-nc, node2, lag-vae or lag-cavae)");
+                   "keycld-nc, node2, lag-vae, lag-cavae or hgn)");
 }
 
 std::string DescribeModel(const ModelSpec& spec) {

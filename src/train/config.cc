@@ -293,6 +293,12 @@ void TrainConfig::Validate() const {
            " (its presets: configs/cpu-quick/pendulum-*-" + model + ".toml)");
     }
   }
+  if (!variant.takes_actions && !control.empty() &&
+      !ModelSupportsControl(model, ParseControlMode(control))) {
+    fail("[data] control = \"" + control + "\": model '" + model +
+         "' has no action input (as published, it trains on unactuated data only); use "
+         "control = \"none\"");
+  }
   if (!variant.augmentation && augment) {
     fail("[train] model '" + model + "' trains without the dihedral augmentation (as published): " +
          "set augment = false, or train with its preset configs/cpu-quick/pendulum-*-" + model +

@@ -253,6 +253,13 @@ class Trainer {
     device_ = ResolveDevice(world_ > 1 && cfg_.device == "cuda"
                                 ? "cuda:" + std::to_string(comm_->local_rank())
                                 : cfg_.device);
+    if (!ModelSupportsControl(cfg_.model, info.control)) {
+      throw InputError("model '" + cfg_.model +
+                       "' has no action input (as published, it trains on unactuated data only): "
+                       "the data set is " +
+                       ControlModeString(info.control) +
+                       "-actuated; train it on a data set generated with control = none");
+    }
     torch::manual_seed(cfg_.seed);
     ModelSpec spec;
     spec = SpecSystem(info);

@@ -36,12 +36,18 @@ void CheckActions(const ModelSpec& spec, const torch::Tensor& actions, int64_t R
 }
 }  // namespace
 
+int64_t PredictionInputFrames(Model& model) {
+  if (auto* own = dynamic_cast<OwnPrediction*>(model.get())) return own->PredictionInputFrames();
+  return 3;
+}
+
 KeypointPrediction PredictKeypoints(Model& model, const torch::Tensor& first3,
                                     const torch::Tensor& actions, int64_t frames,
                                     IntegratorMethod method, const IntegratorOptions& options) {
   const ModelSpec& spec = model->spec();
-  CheckImages(spec, first3, 3, "PredictKeypoints");
-  const int64_t R = first3.size(0), K = spec.num_keypoints;
+  const int64_t F0 = PredictionInputFrames(model);
+  CheckImages(spec, first3, F0, "PredictKeypoints");
+  const int64_t R = first3.size(0), K = model->StatePoints();
   CheckActions(spec, actions, R, "PredictKeypoints");
   if (frames < 2)
     throw InputError("PredictKeypoints: at least 2 frames, got " + std::to_string(frames));
@@ -49,10 +55,21 @@ KeypointPrediction PredictKeypoints(Model& model, const torch::Tensor& first3,
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
+  KeypointPrediction out;
+  if (auto* own = dynamic_cast<OwnPrediction*>(model.get())) {
+    torch::Tensor first = ImagesToFloat(first3.slice(1, 0, F0), device);  // [R, F0, 3, H, W]
+    DoublePrecisionDynamics fp64(model);
+    StatePrediction p =
+        own->PredictFromFrames(first, actions.to(device, torch::kFloat64), frames, method, options);
+    out.keypoints = p.states.to(torch::kFloat32).reshape({R, frames, K, 2});
+    out.accepted_steps = p.accepted_steps;
+    out.rejected_steps = p.rejected_steps;
+    if (was_training) model->train();
+    return out;
+  }
   torch::Tensor first = ImagesToFloat(first3.slice(1, 0, 3), device)
                             .reshape({R * 3, 3, spec.image_size, spec.image_size});
   torch::Tensor x = model->Encode(first).keypoints.reshape({R, 3, 2 * K});
-  KeypointPrediction out;
   {
     DoublePrecisionDynamics fp64(model);
     const PhaseState start = InitialStateFromEstimates(model, x);
@@ -108,7 +125,7 @@ torch::Tensor PredictionMse(Model& model, const torch::Tensor& keypoints,
                             const torch::Tensor& images, int64_t render_chunk) {
   const ModelSpec& spec = model->spec();
   CheckImages(spec, images, 1, "PredictionMse");
-  const int64_t R = images.size(0), N = images.size(1), K = spec.num_keypoints;
+  const int64_t R = images.size(0), N = images.size(1), K = model->StatePoints();
   if (keypoints.dim() != 4 || keypoints.size(0) != R || keypoints.size(1) != N ||
       keypoints.size(2) != K || keypoints.size(3) != 2) {
     throw InputError("PredictionMse: keypoints must be [" + std::to_string(R) + ", " +
@@ -135,15 +152,16 @@ torch::Tensor PredictionMse(Model& model, const torch::Tensor& keypoints,
 VptResult ValidPredictionTime(Model& model, const torch::Tensor& images,
                               const torch::Tensor& actions, const VptOptions& options) {
   const ModelSpec& spec = model->spec();
-  CheckImages(spec, images, 3, "ValidPredictionTime");
+  CheckImages(spec, images, std::max<int64_t>(3, PredictionInputFrames(model)),
+              "ValidPredictionTime");
   const int64_t R = images.size(0), N = images.size(1);
   CheckActions(spec, actions, R, "ValidPredictionTime");
   IntegratorOptions io;
   io.rtol = options.rtol;
   io.atol = options.atol;
   io.max_steps = options.max_steps;
-  KeypointPrediction p =
-      PredictKeypoints(model, images.slice(1, 0, 3), actions, N, options.method, io);
+  KeypointPrediction p = PredictKeypoints(model, images.slice(1, 0, PredictionInputFrames(model)),
+                                          actions, N, options.method, io);
   VptResult result =
       VptFromMse(PredictionMse(model, p.keypoints, images, options.render_chunk), options.epsilon);
   result.predicted = p.keypoints;

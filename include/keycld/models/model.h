@@ -83,6 +83,32 @@ struct Encoding {
   torch::Tensor heatmaps;   // [T, K, H, W], spatial-softmax probabilities
 };
 
+/// What a variant's own prediction gives (OwnPrediction).
+struct StatePrediction {
+  torch::Tensor states;  // [R, F, StatePoints(), 2]: frames 0 … F−1, frame 0 included
+  int64_t accepted_steps = 0, rejected_steps = 0;
+};
+
+/// A variant whose prediction does not start from (x₁, ẋ₁) of three estimated frames
+/// (docs/method.md §8): HGN infers its phase-space state (q, p) from a stack of frames and
+/// integrates a first-order Hamiltonian flow (docs/baselines.md). PredictKeypoints
+/// (train/vpt.h) hands such a variant the first frames instead.
+class OwnPrediction {
+ public:
+  virtual ~OwnPrediction() = default;
+  /// How many leading frames of a run the prediction reads.
+  virtual int64_t PredictionInputFrames() const = 0;
+  /// frames float [R, PredictionInputFrames(), 3, H, W] in [0, 1], actions float64 [R, A],
+  /// count ≥ 2 → the states of frames 0 … count − 1 (frame t at t·Δt from the first frame),
+  /// integrated by `method` (dopri5 with options' tolerances, or a fixed-step method with
+  /// options.substeps). Called under no-grad with the dynamics modules in float64
+  /// (DoublePrecisionDynamics). InputError for bad shapes, NumericalError if it diverges.
+  virtual StatePrediction PredictFromFrames(const torch::Tensor& frames,
+                                            const torch::Tensor& actions, int64_t count,
+                                            IntegratorMethod method,
+                                            const IntegratorOptions& options) = 0;
+};
+
 class ModelImpl : public torch::nn::Module {
  public:
   /// Validates `spec` (InputError).
@@ -120,6 +146,13 @@ class ModelImpl : public torch::nn::Module {
   /// Whether Encode's keypoints are positions in the image (KeyCLD and its ablations) rather
   /// than a baseline's generalised coordinates (from the registry, ModelVariant::image_keypoints).
   bool StatesAreImageKeypoints() const;
+  /// Points per state: the K of Encode's keypoints [T, K, 2] and of Render's input.
+  /// spec().num_keypoints for KeyCLD, its ablations and the angle baselines; HGN's 128 (its
+  /// position q of 16×4×4 values carried as 128 pairs, hgn_model.h).
+  virtual int64_t StatePoints() const { return spec_.num_keypoints; }
+  /// Consecutive frames Encode reads for one state: 1 (every frame on its own); HGN 5 (the state
+  /// of frame t from frames t … t+4, so its input must be consecutive frames of one run).
+  virtual int64_t EncoderFrames() const { return 1; }
   /// energy(), or InputError saying that `purpose` needs a variant with a learned Lagrangian.
   EnergyModel& RequireEnergy(const std::string& purpose);
   // The energy terms through RequireEnergy (InputError for a variant without energy):

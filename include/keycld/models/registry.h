@@ -28,6 +28,9 @@ struct ModelVariant {
   std::vector<IntegratorMethod> loss_integrators;
   /// Whether its objective uses the dihedral augmentation ([train] augment).
   bool augmentation = true;
+  /// Whether it models an action input; HGN does not (as published: unactuated data only), so
+  /// training refuses actuated data sets and the benchmark skips those settings.
+  bool takes_actions = true;
 };
 
 /// Every variant, in the order of the paper's table.
@@ -39,6 +42,9 @@ const ModelVariant& FindModelVariant(const std::string& name);
 /// Whether variant `model` is built for system `env` (ModelVariant::systems); InputError for an
 /// unknown variant.
 bool ModelSupportsSystem(const std::string& model, EnvName env);
+/// Whether variant `model` trains on data of `control` (ModelVariant::takes_actions: a variant
+/// without an action input on unactuated data only); InputError for an unknown variant.
+bool ModelSupportsControl(const std::string& model, ControlMode control);
 /// "pendulum" or "pendulum, cartpole": the systems variant `model` is built for, or "every system".
 std::string SupportedSystems(const std::string& model);
 /// A new model of spec.model with freshly initialised parameters (from torch's global RNG).

@@ -33,6 +33,8 @@ struct VptResult {
 /// actions float [R, A] → keypoints float32 [R, F, K, 2] on the model's device. `method` is
 /// Dormand–Prince for evaluation (tolerances from `options`), RK4 / Euler with step Δt.
 /// Throws InputError for bad shapes or F < 2 and NumericalError if the rollout diverges.
+/// A variant with its own prediction (OwnPrediction, models/model.h: HGN) gets its first
+/// PredictionInputFrames(model) frames instead, and K is model->StatePoints().
 struct KeypointPrediction {
   torch::Tensor keypoints;  // [R, F, K, 2]
   int64_t accepted_steps = 0, rejected_steps = 0;
@@ -40,6 +42,10 @@ struct KeypointPrediction {
 KeypointPrediction PredictKeypoints(Model& model, const torch::Tensor& first3,
                                     const torch::Tensor& actions, int64_t frames,
                                     IntegratorMethod method, const IntegratorOptions& options);
+
+/// How many leading frames of a run PredictKeypoints reads: 3, or an OwnPrediction's count
+/// (HGN: 5).
+int64_t PredictionInputFrames(Model& model);
 
 /// The start state of a prediction from the estimated keypoints of frames 0, 1, 2
 /// (docs/method.md §8): x₁ and the central velocity (x₂ − x₀) / (2Δt), projected onto the
