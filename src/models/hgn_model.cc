@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "keycld/models/mean_image.h"
 #include "keycld/util/error.h"
 
 namespace keycld {
@@ -47,8 +48,8 @@ void CheckFrames(const torch::Tensor& t, int64_t dims, int64_t S, const std::str
 }  // namespace
 
 HgnModelImpl::HgnModelImpl(const ModelSpec& spec)
-    : ModelImpl(CheckHgnSpec(spec)), width_(spec.hidden), pool_(spec.image_size / 32) {
-  const int64_t c = width_;
+    : ModelImpl(CheckHgnSpec(spec)), pool_(spec.image_size / 32) {
+  const int64_t c = spec.hidden;
   // 32 → 16 by eight valid 3×3 convolutions.
   nn::Sequential encoder(Conv(3 * kStackFrames, c / 2, 3), nn::ReLU(), Conv(c / 2, c, 3),
                          nn::ReLU());
@@ -151,15 +152,10 @@ torch::Tensor HgnModelImpl::Decode(const torch::Tensor& q) {
 }
 
 void HgnModelImpl::InitialiseFromData(const torch::Tensor& mean_image) {
-  const int64_t S = spec().image_size;
-  if (mean_image.dim() != 3 || mean_image.size(0) != 3 || mean_image.size(1) != S ||
-      mean_image.size(2) != S) {
-    throw InputError("model 'hgn': the mean image must be [3, " + std::to_string(S) + ", " +
-                     std::to_string(S) + "], got " + c10::str(mean_image.sizes()));
-  }
+  const torch::Tensor logits = MeanImageLogits(spec(), mean_image);
   torch::NoGradGuard no_grad;
   input_mean_.copy_(mean_image);
-  background_.copy_(torch::logit(mean_image.to(torch::kFloat32).clamp(1e-3, 1 - 1e-3)));
+  background_.copy_(logits);
 }
 
 Encoding HgnModelImpl::Encode(const torch::Tensor& images, const torch::Tensor&) {

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "keycld/models/mean_image.h"
 #include "keycld/models/registry.h"
 #include "keycld/util/error.h"
 
@@ -54,16 +55,9 @@ LagVaeModelImpl::LagVaeModelImpl(const ModelSpec& spec, bool coordinate_aware)
 }
 
 void LagVaeModelImpl::InitialiseFromData(const torch::Tensor& mean_image) {
-  const int64_t S = spec().image_size;
-  if (mean_image.dim() != 3 || mean_image.size(0) != 3 || mean_image.size(1) != S ||
-      mean_image.size(2) != S) {
-    throw InputError("model '" + spec().model + "': the mean image must be [3, " +
-                     std::to_string(S) + ", " + std::to_string(S) + "], got " +
-                     c10::str(mean_image.sizes()));
-  }
+  const torch::Tensor logits = MeanImageLogits(spec(), mean_image);
   torch::NoGradGuard no_grad;
   input_mean_.copy_(mean_image);
-  torch::Tensor logits = torch::logit(mean_image.to(torch::kFloat32).clamp(1e-3, 1 - 1e-3));
   if (coordinate_aware_) {
     background_.copy_(logits);
   } else {

@@ -91,7 +91,7 @@ class HgnModelImpl : public ModelImpl, public OwnObjective, public OwnPrediction
   void InitialiseFromData(const torch::Tensor& mean_image) override;
 
  private:
-  int64_t width_, pool_;
+  int64_t pool_;  // the encoder's average pooling: image size / 32
   torch::nn::Sequential encoder_{nullptr}, transformer_{nullptr}, hamiltonian_{nullptr};
   torch::nn::Conv2d decoder_in_{nullptr}, decoder_out_{nullptr};
   torch::nn::ModuleList decoder_blocks_{nullptr};
