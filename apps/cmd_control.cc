@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "keycld/control/angle_control.h"
 #include "keycld/control/closed_loop.h"
 #include "keycld/control/known_model.h"
 #include "keycld/control/report.h"
@@ -31,7 +32,7 @@ namespace {
 
 struct ControlArgs {
   std::string run, target_image, target_state, target_truth, init_state, out;
-  std::string model_source = "learned", env;
+  std::string model_source = "learned", env, law = "auto";
   int size = 32;
   std::string gain_scale = "mass", device = "cpu";
   double seconds = 10.0, kp = 25.0, kd = 10.0, u_max = 0.0;
@@ -66,6 +67,35 @@ ControllerOptions CheckControlArgs(const ControlArgs& a) {
   copt.tangent_projection = !a.raw_pinv;
   copt.Validate();
   return copt;
+}
+
+// The control law: keypoint (KeyCLD §10, controller.h) or angle (Lag-caVAE's energy shaping in
+// q, angle_control.h); "auto" picks the angle law for the lag-vae and lag-cavae models, whose
+// states are an angle, and the keypoint law otherwise.
+enum class Law { kKeypoint, kAngle };
+
+Law ChooseLaw(const ControlArgs& a, const std::string& model_name, EnvName env) {
+  const bool angle_model = model_name == "lag-vae" || model_name == "lag-cavae";
+  if (a.law == "auto" && !angle_model) return Law::kKeypoint;
+  if (a.law == "keypoint") {
+    if (angle_model) {
+      throw InputError("--law keypoint needs a Lagrangian in image keypoints; '" + model_name +
+                       "' learns one in its angle q (use --law angle, its own law)");
+    }
+    return Law::kKeypoint;
+  }
+  if (a.law == "angle" && (model_name.empty() ? env != EnvName::kPendulum : !angle_model)) {
+    throw InputError(
+        "--law angle (Lag-caVAE's energy shaping in q) needs a model of one angle: a lag-vae or "
+        "lag-cavae run, or --model-source known --env pendulum; got " +
+        (model_name.empty() ? "the known " + EnvNameString(env) : "'" + model_name + "'"));
+  }
+  if (a.raw_pinv) {
+    throw InputError(
+        "--raw-pinv belongs to the keypoint law (the angle law has one coordinate "
+        "and no constraints to project on)");
+  }
+  return Law::kAngle;
 }
 
 // What the closed loop produced: every step, the video's frames and the wall time.
@@ -177,6 +207,7 @@ struct ControlSetup {
   int image_size = 0;
   Model learned{nullptr};
   fs::path out;
+  Law law = Law::kKeypoint;
 };
 
 ControlSetup OpenControlSetup(const ControlArgs& a) {
@@ -184,10 +215,17 @@ ControlSetup OpenControlSetup(const ControlArgs& a) {
   if (a.model_source == "known") {
     if (a.env.empty()) throw InputError("--model-source known needs --env");
     if (!a.run.empty()) throw InputError("--model-source known takes no RUN_DIR");
+    if (!a.target_image.empty()) {
+      throw InputError(
+          "--target-image: the known models read the simulator's state, not "
+          "images (their keypoints are an oracle); give the target as "
+          "--target-state");
+    }
     setup.env = ParseEnvName(a.env);
     setup.system = BuiltinSystem(setup.env);
     setup.image_size = a.size;
     setup.out = a.out.empty() ? fs::path("runs") / ("control-known-" + a.env) : fs::path(a.out);
+    setup.law = ChooseLaw(a, "", setup.env);
     return setup;
   }
   if (a.run.empty()) throw InputError("RUN_DIR is required (or --model-source known --env E)");
@@ -208,16 +246,53 @@ ControlSetup OpenControlSetup(const ControlArgs& a) {
   setup.env = spec.env;
   setup.image_size = spec.image_size;
   setup.learned = trained.model;
+  setup.law = ChooseLaw(a, spec.model, spec.env);
   setup.out = a.out.empty() ? trained.run_dir / "control" : fs::path(a.out);
   return setup;
 }
 
-std::unique_ptr<ControlModel> MakeControlModel(const ControlSetup& setup, const Environment& env) {
-  if (setup.learned) return std::make_unique<LearnedControlModel>(setup.learned);
-  if (setup.env == EnvName::kPendulum) {
-    return std::make_unique<TruePendulumModel>(env, setup.image_size);
+// The model, the law and the target, behind one FrameController for the loop.
+struct ControlParts {
+  std::unique_ptr<ControlModel> keypoint_model;
+  std::unique_ptr<EnergyShapingController> keypoint_law;
+  std::unique_ptr<AngleControlModel> angle_model;
+  std::unique_ptr<AngleEnergyShapingController> angle_law;
+  std::unique_ptr<FrameController> frame_controller;
+  ControlTarget target;
+};
+
+ControlParts MakeControlParts(const ControlSetup& setup, const ControlArgs& a,
+                              const ControllerOptions& copt, Environment& env,
+                              OffscreenRenderer& renderer,
+                              const std::optional<std::vector<double>>& truth) {
+  ControlParts p;
+  if (setup.law == Law::kAngle) {
+    if (setup.learned) {
+      p.angle_model = std::make_unique<LearnedAngleControlModel>(setup.learned);
+    } else {
+      p.angle_model = std::make_unique<TrueAngleModel>(env, setup.image_size);
+    }
+    p.target = a.target_image.empty() ? TargetFromState(env, renderer, *p.angle_model, *truth)
+                                      : TargetFromImage(*p.angle_model, a.target_image);
+    p.angle_law = std::make_unique<AngleEnergyShapingController>(
+        *p.angle_model, p.target.keypoints.item<double>(), copt);
+    p.frame_controller = std::make_unique<AngleFrameController>(*p.angle_model, *p.angle_law);
+    return p;
   }
-  return std::make_unique<KnownModel>(env, setup.image_size);
+  if (setup.learned) {
+    p.keypoint_model = std::make_unique<LearnedControlModel>(setup.learned);
+  } else if (setup.env == EnvName::kPendulum) {
+    p.keypoint_model = std::make_unique<TruePendulumModel>(env, setup.image_size);
+  } else {
+    p.keypoint_model = std::make_unique<KnownModel>(env, setup.image_size);
+  }
+  p.target = a.target_image.empty() ? TargetFromState(env, renderer, *p.keypoint_model, *truth)
+                                    : TargetFromImage(*p.keypoint_model, a.target_image);
+  p.keypoint_law =
+      std::make_unique<EnergyShapingController>(*p.keypoint_model, p.target.keypoints, copt);
+  p.frame_controller =
+      std::make_unique<KeypointFrameController>(*p.keypoint_model, *p.keypoint_law);
+  return p;
 }
 
 int RunControl(const ControlArgs& a, const GlobalOptions& global) {
@@ -235,13 +310,10 @@ int RunControl(const ControlArgs& a, const GlobalOptions& global) {
 
   auto gl = GlContext::Create(ParseGlBackend(global.gl));
   OffscreenRenderer renderer(env, *gl, size);
-  std::unique_ptr<ControlModel> model_ptr = MakeControlModel(setup, env);
-  ControlModel& model = *model_ptr;
-  ControlTarget tgt = a.target_image.empty() ? TargetFromState(env, renderer, model, *truth)
-                                             : TargetFromImage(model, a.target_image);
+  ControlParts parts = MakeControlParts(setup, a, copt, env, renderer, truth);
+  const ControlTarget& tgt = parts.target;
   env.Reset(init, std::vector<double>(size_t(env.nv()), 0.0));
-  EnergyShapingController controller(model, tgt.keypoints, copt);
-  ClosedLoop loop(env, renderer, model, controller);
+  ClosedLoop loop(env, renderer, *parts.frame_controller);
   const ControlRecord rec = RunLoop(loop, env, a.seconds, !a.no_video);
 
   fs::create_directories(out);
@@ -253,6 +325,12 @@ int RunControl(const ControlArgs& a, const GlobalOptions& global) {
     WriteControlVideo(out / "control.gif", rec.frames, size, rec.steps, target_x, rec.delay_cs);
   }
   nlohmann::json j = SummaryJson(a.model_source, env, size, copt, a, init, target_x, rec);
+  j["controller"]["law"] = setup.law == Law::kAngle ? "angle" : "keypoint";
+  if (setup.law == Law::kAngle) {
+    j.erase("target_keypoints");
+    j["target_angle"] = target_x.at(0);  // the model's q* (rad)
+    j["controller"].erase("tangent_projection");
+  }
   std::string verdict_line;
   if (truth) {
     verdict_line = JudgeAndPlot(a, env, setup.env, rec, *truth, out, &j);
@@ -291,6 +369,12 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
                   "learned: the trained model of RUN_DIR, from pixels | known: the exact model of "
                   "--env in keypoint coordinates, keypoints from the simulator (a reference)")
       ->check(CLI::IsMember({"learned", "known"}))
+      ->capture_default_str();
+  cmd->add_option("--law", a->law,
+                  "auto: the model's own | keypoint: KeyCLD's energy shaping in keypoints | "
+                  "angle: Lag-caVAE's energy shaping in its angle q (lag-vae, lag-cavae, or the "
+                  "known pendulum)")
+      ->check(CLI::IsMember({"auto", "keypoint", "angle"}))
       ->capture_default_str();
   cmd->add_option("--env", a->env, "With --model-source known: pendulum | cartpole | acrobot")
       ->check(CLI::IsMember(Names<EnvName>()));

@@ -1,7 +1,8 @@
 // Control-loop rate (docs/method.md §10): steps per second of one closed-loop step = render the
 // camera frame + estimate the keypoints with the U-Net + energy-shaping control (∇V by
 // autograd, B, tangent projection, pseudo-inverse) + one physics step. An untrained model of
-// the right shapes (speed does not depend on the weights). Also the parts alone.
+// the right shapes (speed does not depend on the weights). Also the parts alone, and the same
+// loop with Lag-caVAE's law in the angle of a lag-cavae / lag-vae model.
 // Run: build/control_bench [--benchmark_filter=...]. Args: image size, hidden width h,
 // environment (0 pendulum, 1 cartpole, 2 acrobot), LibTorch threads.
 #include <benchmark/benchmark.h>
@@ -86,6 +87,34 @@ void BM_ControllerAct(benchmark::State& state) {
   state.SetLabel(s.Label(state));
 }
 
+// Lag-caVAE's law in its angle (angle_control.h) with an untrained lag-cavae or lag-vae
+// pendulum model: render + MLP encoder + the law (∂V/∂q by autograd) + one physics step. Args:
+// image size, 1 = lag-cavae / 0 = lag-vae, LibTorch threads.
+void BM_AngleControlStep(benchmark::State& state) {
+  torch::set_num_threads(int(state.range(2)));
+  torch::manual_seed(0);
+  ModelSpec spec;
+  spec.env = EnvName::kPendulum;
+  spec.num_keypoints = 1;
+  spec.action_dim = 1;
+  spec.image_size = int(state.range(0));
+  spec.model = state.range(1) ? "lag-cavae" : "lag-vae";
+  Environment env(EnvName::kPendulum);
+  auto gl = GlContext::Create(GlBackend::kAuto);
+  OffscreenRenderer renderer(env, *gl, spec.image_size);
+  LearnedAngleControlModel model(CreateModel(spec));
+  const double target = TargetFromState(env, renderer, model, {0.0}).keypoints.item<double>();
+  env.Reset(DefaultInitialState(EnvName::kPendulum), std::vector<double>{0.0});
+  AngleEnergyShapingController law(model, target, ControllerOptions{.u_max = 2.0});
+  AngleFrameController controller(model, law);
+  ClosedLoop loop(env, renderer, controller);
+  for (auto _ : state) benchmark::DoNotOptimize(loop.Step());
+  state.counters["steps/s"] =
+      benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+  state.SetLabel(spec.model + " pendulum " + std::to_string(spec.image_size) +
+                 "px threads=" + std::to_string(state.range(2)));
+}
+
 #define KEYCLD_CONTROL_ARGS                                   \
   ->Args({32, 16, 0, 1})     /* CPU quick preset, pendulum */ \
       ->Args({32, 16, 0, 2}) /* same, 2 threads */            \
@@ -99,6 +128,13 @@ void BM_ControllerAct(benchmark::State& state) {
 BENCHMARK(BM_ControlStep) KEYCLD_CONTROL_ARGS->MinTime(3.0);
 BENCHMARK(BM_Render) KEYCLD_CONTROL_ARGS->MinTime(1.0);
 BENCHMARK(BM_EstimateKeypoints) KEYCLD_CONTROL_ARGS->MinTime(1.0);
+BENCHMARK(BM_AngleControlStep)
+    ->Args({32, 1, 1})
+    ->Args({32, 0, 1})
+    ->Args({64, 1, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(3.0);
 BENCHMARK(BM_ControllerAct)
     ->Args({32, 16, 0, 1})
     ->Args({32, 16, 1, 1})

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "keycld/control/angle_control.h"
 #include "keycld/control/control_model.h"
 #include "keycld/control/controller.h"
 #include "keycld/data/dataset.h"
@@ -477,16 +478,34 @@ class PyRun {
                          Environment(model()->spec().env));
       actuation_checked_ = true;
     }
-    LearnedControlModel control_model(model());  // reads the dynamics' current dtype
     const torch::Device cpu(torch::kCPU);
-    EnergyShapingController controller(
-        control_model, StateRows(target, width(), "target", cpu, torch::kFloat64), o);
     torch::Tensor xs = StateRows(x, width(), "x", cpu, torch::kFloat64);
     torch::Tensor vs = StateRows(xdot, width(), "xdot", cpu, torch::kFloat64);
+    torch::Tensor ts = StateRows(target, width(), "target", cpu, torch::kFloat64);
     if (xs.size(0) != 1 || vs.size(0) != 1) throw InputError("x and xdot must be one state");
     if (!torch::isfinite(xs).all().item<bool>() || !torch::isfinite(vs).all().item<bool>()) {
       throw InputError("x and xdot must be finite");
     }
+    const std::string& name = model()->spec().model;
+    if (name == "lag-vae" || name == "lag-cavae") {
+      // Lag-caVAE's law in q (angle_control.h) from the harness's states (cos q, sin q):
+      // q = atan2(x₂, x₁), q̇ = (x₁ẋ₂ − x₂ẋ₁)/‖x‖².
+      auto angle = [](const torch::Tensor& r) {
+        return std::atan2(r[0][1].item<double>(), r[0][0].item<double>());
+      };
+      const double r2 = xs.square().sum().item<double>();
+      if (!(r2 > 0) || !(ts.square().sum().item<double>() > 0)) {
+        throw InputError("x and target must be points (cos q, sin q) off the origin");
+      }
+      const double qdot = (xs[0][0].item<double>() * vs[0][1].item<double>() -
+                           xs[0][1].item<double>() * vs[0][0].item<double>()) /
+                          r2;
+      LearnedAngleControlModel angle_model(model());
+      AngleEnergyShapingController law(angle_model, angle(ts), o);
+      return law.Act(angle(xs), qdot).u;
+    }
+    LearnedControlModel control_model(model());  // reads the dynamics' current dtype
+    EnergyShapingController controller(control_model, ts, o);
     return controller.Act(xs, vs).u;
   }
 

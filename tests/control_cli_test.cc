@@ -17,8 +17,8 @@ namespace fs = std::filesystem;
 
 // A run folder with an untrained model and a config.toml naming `control`.
 fs::path MakeRun(const testing::TempDir& dir, const std::string& name, EnvName env,
-                 const std::string& control) {
-  const ModelSpec spec = testing::TinyModelSpec(env);
+                 const std::string& control, const std::string& kind = "keycld") {
+  const ModelSpec spec = testing::TinyModelSpec(env, kind);
   torch::manual_seed(0);
   Model model = CreateModel(spec);
   const fs::path run = dir / name;
@@ -111,6 +111,65 @@ TEST(ControlCli, RefusesWhatItCannotControl) {
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << bad << ": " << out;
   }
   EXPECT_FALSE(fs::exists(full / "control"));
+}
+
+// lag-vae and lag-cavae get Lag-caVAE's law in their angle q (--law auto); the laws are refused
+// where they do not apply; the known pendulum runs the angle law to success.
+TEST(ControlCli, LagModelsUseTheirAngleLaw) {
+  testing::TempDir dir;
+  const fs::path lag = MakeRun(dir, "lag", EnvName::kPendulum, "full", "lag-cavae");
+  const fs::path keycld = MakeRun(dir, "keycld", EnvName::kPendulum, "full");
+  std::string out;
+  ASSERT_EQ(testing::RunCli("control " + lag.string() + " --target-state 0.5 --seconds 0.2", &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("verdict: "), std::string::npos) << out;
+  const fs::path o = lag / "control";
+  auto j = nlohmann::json::parse(Slurp(o / "summary.json"));
+  EXPECT_EQ(j["controller"]["law"], "angle");
+  EXPECT_FALSE(j["controller"].contains("tangent_projection"));
+  EXPECT_TRUE(j["target_angle"].is_number());
+  EXPECT_LE(std::abs(j["target_angle"].get<double>()), M_PI);
+  EXPECT_EQ(j["steps"], 10);
+  std::ifstream csv(o / "control.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_NE(header.find(",q_model,qdot_model,u_"), std::string::npos) << header;
+  EXPECT_TRUE(fs::exists(o / "control.gif"));
+
+  for (const std::string& bad : {lag.string() + " --law keypoint", keycld.string() + " --law angle",
+                                 lag.string() + " --raw-pinv",
+                                 std::string("--model-source known --env cartpole --law angle")}) {
+    EXPECT_EQ(testing::RunCli("control " + bad + " --target-state 0 --seconds 0.1 --out " +
+                                  (dir / "refused").string(),
+                              &out),
+              1)
+        << bad << out;
+    EXPECT_EQ(out.rfind("keycld: error: --", 0), 0u) << bad << ": " << out;
+  }
+  // The known models' keypoints are an oracle of the simulator's state: an image target would be
+  // ignored, so it is refused.
+  EXPECT_EQ(
+      testing::RunCli("control --model-source known --env pendulum --target-image " +
+                          (o / "target.png").string() + " --out " + (dir / "refused").string(),
+                      &out),
+      1)
+      << out;
+  EXPECT_NE(out.find("keycld: error: --target-image: the known models read the simulator's"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dir / "refused"));
+
+  ASSERT_EQ(testing::RunCli("control --model-source known --env pendulum --law angle "
+                            "--target-state 0 --no-video --out " +
+                                (dir / "known").string(),
+                            &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("verdict: success"), std::string::npos) << out;
+  j = nlohmann::json::parse(Slurp(dir / "known" / "summary.json"));
+  EXPECT_EQ(j["controller"]["law"], "angle");
+  EXPECT_NEAR(j["target_angle"].get<double>(), 0.0, 1e-12);
 }
 
 }  // namespace

@@ -457,7 +457,10 @@ class Run:
         keypoints x* [2K]. gain_scale "mass": K = k·M (k_p in 1/s², k_d in 1/s); "unit": the
         scalars as they are. u_max > 0 clips each component. Returns float64 [A]. As
         ``keycld control``, only for a model trained on control mode "full" data of a fully
-        actuated system (InputError otherwise: B(x) of other runs was never trained)."""
+        actuated system (InputError otherwise: B(x) of other runs was never trained).
+        For lag-vae and lag-cavae, whose states are (cos q, sin q) [2], their own law in the
+        angle q (docs/control.md, "Lag-caVAE's law"): u = gᵀ(g gᵀ)⁻¹ (∂V/∂q − K_p (q − q*) −
+        K_d q̇) with q − q* wrapped to (−π, π]; tangent_projection does not apply there."""
         _no_inference_mode("control_action")
         for name, v in (("kp", kp), ("kd", kd), ("u_max", u_max)):
             if not isinstance(v, (int, float)) or not math.isfinite(v):

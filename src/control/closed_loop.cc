@@ -16,22 +16,106 @@ std::vector<double> ToVector(const torch::Tensor& t) {
   return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
 }
 
+void CheckImageSize(int renderer_size, int model_size) {
+  if (renderer_size != model_size) {
+    throw InputError("the renderer draws " + std::to_string(renderer_size) +
+                     " px frames but the model reads " + std::to_string(model_size) + " px");
+  }
+}
+
+// Renders `env` at `qpos` (velocities 0) into the target's image; estimating is the caller's.
+ControlTarget RenderTarget(Environment& env, OffscreenRenderer& renderer, int model_size,
+                           const std::vector<double>& qpos) {
+  CheckImageSize(renderer.size(), model_size);
+  const std::vector<double> zero(size_t(env.nv()), 0.0);
+  env.Reset(qpos, zero);
+  ControlTarget target;
+  target.image.resize(size_t(renderer.size()) * renderer.size() * 3);
+  renderer.Render(env, target.image);
+  target.qpos = qpos;
+  return target;
+}
+
+// Reads an RGB PNG of `size` pixels into the target's image.
+ControlTarget ReadTargetImage(int size, const std::filesystem::path& png) {
+  PngImage image = ReadPng(png);
+  if (image.channels != 3) {
+    throw FormatError("target image '" + png.string() + "' has " + std::to_string(image.channels) +
+                      " channel(s); expected RGB (3), as " + "`keycld render` writes");
+  }
+  if (image.width != size || image.height != size) {
+    throw InputError("target image '" + png.string() + "' is " + std::to_string(image.width) + "x" +
+                     std::to_string(image.height) + " px; the model reads " + std::to_string(size) +
+                     "x" + std::to_string(size) + " px images");
+  }
+  ControlTarget target;
+  target.image = std::move(image.pixels);
+  return target;
+}
+
+torch::Tensor AngleTensor(double q) { return torch::full({1, 1}, q, torch::kFloat64); }
+
 }  // namespace
+
+KeypointFrameController::KeypointFrameController(ControlModel& model,
+                                                 EnergyShapingController& controller)
+    : model_(model), controller_(controller) {
+  mass_ = model.MassDiagonal().to(torch::kCPU, torch::kFloat64).reshape({1, -1});
+}
+
+void KeypointFrameController::Act(std::span<const uint8_t> frame, double dt, ControlStep& step) {
+  const torch::Tensor x = model_.EstimateKeypoints(frame);  // [1, 2K]
+  torch::Tensor xdot = torch::zeros_like(x);
+  if (previous_.defined()) xdot = model_.ProjectTangent(x, (x - previous_) / dt);
+  previous_ = x;
+  ControlAction act = controller_.Act(x, xdot);
+  step.keypoints = ToVector(x);
+  step.velocity = ToVector(xdot);
+  step.action = std::move(act.u);
+  step.unclipped = std::move(act.unclipped);
+  step.potential = model_.Potential(x).item<double>();
+  step.kinetic = 0.5 * (mass_ * xdot * xdot).sum().item<double>();
+}
+
+AngleFrameController::AngleFrameController(AngleControlModel& model,
+                                           AngleEnergyShapingController& controller)
+    : model_(model), controller_(controller) {}
+
+void AngleFrameController::Act(std::span<const uint8_t> frame, double dt, ControlStep& step) {
+  const double q = model_.EstimateAngle(frame);
+  // The shortest way round from the previous estimate: |q̇| < π/Δt.
+  const double qdot = previous_ ? WrapAngle(q - *previous_) / dt : 0.0;
+  previous_ = q;
+  ControlAction act = controller_.Act(q, qdot);
+  step.keypoints = {q};
+  step.velocity = {qdot};
+  step.action = std::move(act.u);
+  step.unclipped = std::move(act.unclipped);
+  step.potential = model_.Potential(q);
+  step.kinetic = 0.5 * model_.Mass(q) * qdot * qdot;
+}
+
+ClosedLoop::ClosedLoop(Environment& env, OffscreenRenderer& renderer, FrameController& controller)
+    : env_(env), renderer_(renderer), controller_(controller) {
+  CheckSizes();
+}
 
 ClosedLoop::ClosedLoop(Environment& env, OffscreenRenderer& renderer, ControlModel& model,
                        EnergyShapingController& controller)
-    : env_(env), renderer_(renderer), model_(model), controller_(controller) {
-  if (renderer.size() != model.image_size()) {
-    throw InputError("the renderer draws " + std::to_string(renderer.size()) +
-                     " px frames but the model reads " + std::to_string(model.image_size()) +
-                     " px");
+    : owned_(std::make_unique<KeypointFrameController>(model, controller)),
+      env_(env),
+      renderer_(renderer),
+      controller_(*owned_) {
+  CheckSizes();
+}
+
+void ClosedLoop::CheckSizes() {
+  CheckImageSize(renderer_.size(), controller_.image_size());
+  if (controller_.action_dim() != env_.nu()) {
+    throw InputError("the model has " + std::to_string(controller_.action_dim()) + " action(s), " +
+                     env_.system_name() + " has " + std::to_string(env_.nu()) + " actuator(s)");
   }
-  if (model.action_dim() != env.nu()) {
-    throw InputError("the model has " + std::to_string(model.action_dim()) + " action(s), " +
-                     env.system_name() + " has " + std::to_string(env.nu()) + " actuator(s)");
-  }
-  frame_.resize(size_t(renderer.size()) * renderer.size() * 3);
-  mass_ = model.MassDiagonal().to(torch::kCPU, torch::kFloat64).reshape({1, -1});
+  frame_.resize(size_t(renderer_.size()) * renderer_.size() * 3);
 }
 
 ControlStep ClosedLoop::Step() {
@@ -40,56 +124,35 @@ ControlStep ClosedLoop::Step() {
   step.qpos = env_.qpos();
   step.qvel = env_.qvel();
   renderer_.Render(env_, frame_);
-  const torch::Tensor x = model_.EstimateKeypoints(frame_);  // [1, 2K]
-  torch::Tensor xdot = torch::zeros_like(x);
-  if (previous_.defined()) {
-    xdot = model_.ProjectTangent(x, (x - previous_) / env_.timestep());
-  }
-  previous_ = x;
-  ControlAction act = controller_.Act(x, xdot);
-  env_.SetAction(act.u);
+  controller_.Act(frame_, env_.timestep(), step);
+  env_.SetAction(step.action);
   env_.Step();
-  step.keypoints = ToVector(x);
-  step.velocity = ToVector(xdot);
-  step.action = std::move(act.u);
-  step.unclipped = std::move(act.unclipped);
-  step.potential = model_.Potential(x).item<double>();
-  step.kinetic = 0.5 * (mass_ * xdot * xdot).sum().item<double>();
   return step;
 }
 
 ControlTarget TargetFromState(Environment& env, OffscreenRenderer& renderer, ControlModel& model,
                               const std::vector<double>& qpos) {
-  if (renderer.size() != model.image_size()) {
-    throw InputError("the renderer draws " + std::to_string(renderer.size()) +
-                     " px frames but the model reads " + std::to_string(model.image_size()) +
-                     " px");
-  }
-  const std::vector<double> zero(size_t(env.nv()), 0.0);
-  env.Reset(qpos, zero);
-  ControlTarget target;
-  target.image.resize(size_t(renderer.size()) * renderer.size() * 3);
-  renderer.Render(env, target.image);
+  ControlTarget target = RenderTarget(env, renderer, model.image_size(), qpos);
   target.keypoints = model.EstimateKeypoints(target.image);
-  target.qpos = qpos;
   return target;
 }
 
 ControlTarget TargetFromImage(ControlModel& model, const std::filesystem::path& png) {
-  PngImage image = ReadPng(png);
-  const int s = model.image_size();
-  if (image.channels != 3) {
-    throw FormatError("target image '" + png.string() + "' has " + std::to_string(image.channels) +
-                      " channel(s); expected RGB (3), as " + "`keycld render` writes");
-  }
-  if (image.width != s || image.height != s) {
-    throw InputError("target image '" + png.string() + "' is " + std::to_string(image.width) + "x" +
-                     std::to_string(image.height) + " px; the model reads " + std::to_string(s) +
-                     "x" + std::to_string(s) + " px images");
-  }
-  ControlTarget target;
-  target.image = std::move(image.pixels);
+  ControlTarget target = ReadTargetImage(model.image_size(), png);
   target.keypoints = model.EstimateKeypoints(target.image);
+  return target;
+}
+
+ControlTarget TargetFromState(Environment& env, OffscreenRenderer& renderer,
+                              AngleControlModel& model, const std::vector<double>& qpos) {
+  ControlTarget target = RenderTarget(env, renderer, model.image_size(), qpos);
+  target.keypoints = AngleTensor(model.EstimateAngle(target.image));
+  return target;
+}
+
+ControlTarget TargetFromImage(AngleControlModel& model, const std::filesystem::path& png) {
+  ControlTarget target = ReadTargetImage(model.image_size(), png);
+  target.keypoints = AngleTensor(model.EstimateAngle(target.image));
   return target;
 }
 
@@ -103,10 +166,7 @@ std::vector<double> JointErrors(const Environment& env, const std::vector<double
   std::vector<double> e(qpos.size());
   for (int j = 0; j < env.nq(); ++j) {
     e[j] = qpos[j] - target[j];
-    if (env.model()->jnt_type[j] == mjJNT_HINGE) {
-      e[j] = std::remainder(e[j], 2 * M_PI);  // (−π, π]
-      if (e[j] <= -M_PI) e[j] += 2 * M_PI;
-    }
+    if (env.model()->jnt_type[j] == mjJNT_HINGE) e[j] = WrapAngle(e[j]);
   }
   return e;
 }

@@ -71,14 +71,18 @@ ControlAction EnergyShapingController::Act(const torch::Tensor& x_in,
     b = model_.ProjectTangent(x.expand({a, n}), b.t().contiguous()).t();
   }
   const torch::Tensor u = torch::matmul(torch::linalg::pinv(b, kPinvRcond), force.reshape({n}));
+  return LimitAction({u.data_ptr<double>(), u.data_ptr<double>() + a}, options_.u_max);
+}
+
+ControlAction LimitAction(std::vector<double> unclipped, double u_max) {
   ControlAction out;
-  out.unclipped.assign(u.data_ptr<double>(), u.data_ptr<double>() + a);
-  for (double v : out.unclipped) {
+  for (double v : unclipped) {
     if (!std::isfinite(v)) throw NumericalError("the controller's action is not finite");
   }
+  out.unclipped = std::move(unclipped);
   out.u = out.unclipped;
-  if (options_.u_max > 0) {
-    for (double& v : out.u) v = std::clamp(v, -options_.u_max, options_.u_max);
+  if (u_max > 0) {
+    for (double& v : out.u) v = std::clamp(v, -u_max, u_max);
   }
   return out;
 }

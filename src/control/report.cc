@@ -38,10 +38,14 @@ void WriteControlCsv(const std::filesystem::path& csv, const Environment& env,
   if (target_qpos) {
     for (int j = 0; j < m->nq; ++j) out += ",error_" + Name(m, mjOBJ_JOINT, j, "joint");
   }
-  const size_t k = steps.front().keypoints.size() / 2;
-  for (size_t i = 1; i <= k; ++i) out += ",x" + std::to_string(i) + ",y" + std::to_string(i);
-  for (size_t i = 1; i <= k; ++i) {
-    out += ",xdot" + std::to_string(i) + ",ydot" + std::to_string(i);
+  if (steps.front().keypoints.size() == 1) {  // the angle law: the model's q and q̇
+    out += ",q_model,qdot_model";
+  } else {
+    const size_t k = steps.front().keypoints.size() / 2;
+    for (size_t i = 1; i <= k; ++i) out += ",x" + std::to_string(i) + ",y" + std::to_string(i);
+    for (size_t i = 1; i <= k; ++i) {
+      out += ",xdot" + std::to_string(i) + ",ydot" + std::to_string(i);
+    }
   }
   for (int a = 0; a < m->nu; ++a) out += ",u_" + Name(m, mjOBJ_ACTUATOR, a, "actuator");
   for (int a = 0; a < m->nu; ++a) {

@@ -220,6 +220,40 @@ def test_control_action_is_the_energy_shaping_law(run, tiny_full):
         run.dynamics_dtype = torch.float32
 
 
+def test_control_action_of_a_lag_model_is_its_angle_law(tiny, tiny_full, tmp_path):
+    # lag-cavae's states are (cos q, sin q); its law is u = (∂V/∂q − K_p wrap(q − q*) − K_d q̇)/g
+    # with unit gains. V and g are not exposed, so check the law's structure: affine in k_p and
+    # k_d with the slopes −wrap(q − q*)/g and −q̇/g, and blind to the length of x.
+    config = tmp_path / "lag.toml"
+    config.write_text("[model]\nmodel = \"lag-cavae\"\n[train]\nthreads = 1\naugment = false\n"
+                      "[eval]\nval_runs = 1\n")
+    run_cli("train", "--config", config, "--data",
+            tiny["dir"] / "pendulum-full-16px-6x10-seed3.h5", "--out", tmp_path / "lag",
+            "--steps", 2, "--threads", 1)
+    run = keycld.load_run(tmp_path / "lag", threads=1)
+    q, q_target, w = 2.9, -2.9, 0.7
+    x = [math.cos(q), math.sin(q)]
+    xdot = [-w * math.sin(q), w * math.cos(q)]
+    target = [math.cos(q_target), math.sin(q_target)]
+    e = 2.9 * 2 - 2 * math.pi  # q − q* the short way round: 5.8 − 2π
+
+    def u(kp, kd, scale=1.0):
+        return run.control_action([scale * v for v in x], [scale * v for v in xdot], target,
+                                  kp=kp, kd=kd, gain_scale="unit")[0].item()
+
+    base = u(1.0, 0.0)
+    slope_kp = u(2.0, 0.0) - base  # −e/g
+    slope_kd = u(1.0, 1.0) - base  # −(‖x‖²-normalised q̇ = w)/g
+    assert slope_kp != 0
+    assert u(5.0, 0.0) == pytest.approx(base + 4 * slope_kp, rel=1e-9, abs=1e-12)
+    assert slope_kd / slope_kp == pytest.approx(w / e, rel=1e-6)
+    assert u(3.0, 2.0, scale=3.0) == pytest.approx(base + 2 * slope_kp + 2 * slope_kd, rel=1e-6)
+    clipped = run.control_action(x, xdot, target, kp=25.0, kd=10.0, u_max=1e-4)
+    assert abs(clipped[0].item()) <= 1e-4
+    with pytest.raises(keycld.InputError, match="off the origin"):
+        run.control_action([0.0, 0.0], xdot, target)
+
+
 def test_train_from_python_equals_the_cli_and_resumes(tiny, tmp_path):
     settings = {"train": {"max_steps": 3}}
     summary = keycld.train(tmp_path / "py", config=tiny["config"], data=tiny["data"],

@@ -10,10 +10,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "keycld/control/angle_control.h"
 #include "keycld/control/control_model.h"
 #include "keycld/control/controller.h"
 #include "keycld/sim/environment.h"
@@ -25,39 +28,91 @@ namespace keycld {
 struct ControlStep {
   double time = 0;                 ///< s, simulator time of the frame (before this step)
   std::vector<double> qpos, qvel;  ///< true joint state at the frame [nq], [nv] (rad, m, /s)
-  std::vector<double> keypoints;   ///< estimated x [2K] (normalized image coordinates)
-  std::vector<double> velocity;    ///< estimated, projected ẋ [2K] (normalized units / s)
-  std::vector<double> action;      ///< applied u [A] (after the limit, actuator units)
-  std::vector<double> unclipped;   ///< u before the limit [A]
-  double potential = 0;            ///< model's V(x) (model's energy unit)
-  double kinetic = 0;              ///< ½ ẋᵀ M ẋ with the model's M
+  /// Estimated state: keypoints x [2K] (normalized image coordinates) for the keypoint law;
+  /// the model's angle q [1] (rad) for the angle law (angle_control.h).
+  std::vector<double> keypoints;
+  /// Its estimated rate: the projected ẋ [2K] (normalized units / s), or q̇ [1] (rad/s).
+  std::vector<double> velocity;
+  std::vector<double> action;     ///< applied u [A] (after the limit, actuator units)
+  std::vector<double> unclipped;  ///< u before the limit [A]
+  double potential = 0;           ///< model's V (model's energy unit)
+  double kinetic = 0;             ///< ½ ẋᵀ M ẋ (or ½ M(q) q̇²) with the model's M
+};
+
+/// What the loop runs at every step: from the camera frame to the action.
+class FrameController {
+ public:
+  virtual ~FrameController() = default;
+  /// Side S of the frames it reads (pixels) and A, its actions' width.
+  virtual int image_size() const = 0;
+  virtual int action_dim() const = 0;
+  /// Estimates the state from `frame` uint8 [S, S, 3] (its rate from the previous frame, `dt`
+  /// seconds earlier; 0 at the first step) and computes the action: fills `step`'s keypoints,
+  /// velocity, action, unclipped, potential and kinetic.
+  virtual void Act(std::span<const uint8_t> frame, double dt, ControlStep& step) = 0;
+  /// Forgets the previous estimate (the next step's rate estimate is 0).
+  virtual void ResetVelocityEstimate() = 0;
+};
+
+/// KeyCLD's law (controller.h): keypoints x from the frame, ẋ = P(x − x_prev)/Δt, u from the
+/// EnergyShapingController. Both references must outlive it.
+class KeypointFrameController : public FrameController {
+ public:
+  KeypointFrameController(ControlModel& model, EnergyShapingController& controller);
+  int image_size() const override { return model_.image_size(); }
+  int action_dim() const override { return model_.action_dim(); }
+  void Act(std::span<const uint8_t> frame, double dt, ControlStep& step) override;
+  void ResetVelocityEstimate() override { previous_ = torch::Tensor(); }
+
+ private:
+  ControlModel& model_;
+  EnergyShapingController& controller_;
+  torch::Tensor previous_;  // previous estimate [1, 2K], undefined before the first step
+  torch::Tensor mass_;      // [1, 2K]
+};
+
+/// Lag-caVAE's law (angle_control.h): q from the frame, q̇ = wrap(q − q_prev)/Δt, u from the
+/// AngleEnergyShapingController. Both references must outlive it.
+class AngleFrameController : public FrameController {
+ public:
+  AngleFrameController(AngleControlModel& model, AngleEnergyShapingController& controller);
+  int image_size() const override { return model_.image_size(); }
+  int action_dim() const override { return model_.action_dim(); }
+  void Act(std::span<const uint8_t> frame, double dt, ControlStep& step) override;
+  void ResetVelocityEstimate() override { previous_.reset(); }
+
+ private:
+  AngleControlModel& model_;
+  AngleEnergyShapingController& controller_;
+  std::optional<double> previous_;
 };
 
 /// Render → estimate → control → step, one call per control step (Δt = env.timestep()).
 class ClosedLoop {
  public:
-  /// All references must outlive the loop; `renderer` renders `env` at model.image_size()
-  /// (InputError otherwise).
+  /// All references must outlive the loop; `renderer` renders `env` at the controller's
+  /// image_size() and its action width is env.nu() (InputError otherwise).
+  ClosedLoop(Environment& env, OffscreenRenderer& renderer, FrameController& controller);
+  /// The keypoint law: a KeypointFrameController of `model` and `controller`, owned by the loop.
   ClosedLoop(Environment& env, OffscreenRenderer& renderer, ControlModel& model,
              EnergyShapingController& controller);
 
-  /// One control step: renders the current state, estimates x from the frame, ẋ =
-  /// P(x − x_prev)/Δt (0 at the first step), u from the controller, env.SetAction(u),
-  /// env.Step(). Returns what it saw and did (the true state is the one of the frame).
+  /// One control step: renders the current state, lets the controller estimate the state from
+  /// the frame and compute u, env.SetAction(u), env.Step(). Returns what it saw and did (the
+  /// true state is the one of the frame).
   ControlStep Step();
   /// The frame the last Step() rendered: uint8 [S, S, 3].
   const std::vector<uint8_t>& frame() const { return frame_; }
   /// Forgets the previous estimate (the next step's velocity estimate is 0).
-  void ResetVelocityEstimate() { previous_ = torch::Tensor(); }
+  void ResetVelocityEstimate() { controller_.ResetVelocityEstimate(); }
 
  private:
+  void CheckSizes();
+  std::unique_ptr<FrameController> owned_;  // set by the keypoint constructor
   Environment& env_;
   OffscreenRenderer& renderer_;
-  ControlModel& model_;
-  EnergyShapingController& controller_;
+  FrameController& controller_;
   std::vector<uint8_t> frame_;
-  torch::Tensor previous_;  // previous estimate [1, 2K], undefined before the first step
-  torch::Tensor mass_;      // [1, 2K]
 };
 
 /// A target for the controller: its keypoints x* and the image they came from.
@@ -74,6 +129,11 @@ ControlTarget TargetFromState(Environment& env, OffscreenRenderer& renderer, Con
 /// Reads a PNG of the model's image size (RGB) and estimates x*. Throws IoError (missing or
 /// unreadable), FormatError (not a PNG / other channel count) or InputError (other size).
 ControlTarget TargetFromImage(ControlModel& model, const std::filesystem::path& png);
+
+/// The same for the angle law: keypoints holds the model's q* [1, 1] (rad).
+ControlTarget TargetFromState(Environment& env, OffscreenRenderer& renderer,
+                              AngleControlModel& model, const std::vector<double>& qpos);
+ControlTarget TargetFromImage(AngleControlModel& model, const std::filesystem::path& png);
 
 /// Joint errors q − q* [nq]: hinge angles wrapped to (−π, π] (rad), slide positions as they are
 /// (m). Throws InputError on a size mismatch.

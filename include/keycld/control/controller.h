@@ -57,6 +57,10 @@ struct ControlAction {
   std::vector<double> unclipped;  ///< B⁺ f* before the limit [A]
 };
 
+/// The action of a law's value `unclipped` [A]: each component clipped to [−u_max, u_max]
+/// (u_max = 0: no limit). NumericalError when a component is not finite.
+ControlAction LimitAction(std::vector<double> unclipped, double u_max);
+
 class EnergyShapingController {
  public:
   /// `target` x* [1, 2K] or [2K] (normalized image coordinates). Throws InputError for a

@@ -15,7 +15,8 @@ namespace keycld {
 
 /// One row per step, comma-separated, header first:
 ///   time, qpos_<joint>…, qvel_<joint>…, [error_<joint>… when target_qpos is given],
-///   x1, y1, …, xK, yK (estimated keypoints), xdot1, ydot1, … (estimated velocity),
+///   x1, y1, …, xK, yK (estimated keypoints), xdot1, ydot1, … (estimated velocity) — or, for the
+///   angle law (a step's state of one value), q_model, qdot_model (rad, rad/s) —,
 ///   u_<actuator>… (applied), u_unclipped_<actuator>…, potential, kinetic, energy
 /// Units: s, rad or m (and per s), normalized image coordinates (and per s), actuator units,
 /// the model's energy unit. Throws InputError for no steps, IoError if it cannot be written.
@@ -36,7 +37,8 @@ int ControlVideoScale(int image_size);
 
 /// Writes the frames as a looping GIF (`delay_cs` hundredths of a second per frame), each
 /// upscaled by ControlVideoScale: the estimated keypoints of the frame's step as filled discs
-/// (KeypointColor(k)), the target keypoints x* [2K] as white crosses. Throws InputError for no
+/// (KeypointColor(k)), the target keypoints x* [2K] as white crosses (nothing drawn for the
+/// angle law's states of one value, which are not image positions). Throws InputError for no
 /// frames, a frame of another size or a step index outside `steps`; IoError on write failure.
 void WriteControlVideo(const std::filesystem::path& gif, const std::vector<ControlFrame>& frames,
                        int image_size, const std::vector<ControlStep>& steps,
