@@ -38,28 +38,28 @@ double WrapAngle(double angle) {
 }
 
 LearnedAngleControlModel::LearnedAngleControlModel(Model model)
-    : model_(std::move(model)), lag_(AsLagModel(model_)) {}
+    : model_(std::move(model)),
+      lag_(AsLagModel(model_)),
+      options_(lag_->parameters().front().options().requires_grad(false)) {}
 
 int LearnedAngleControlModel::action_dim() const { return model_->spec().action_dim; }
 
 int LearnedAngleControlModel::image_size() const { return model_->spec().image_size; }
 
 torch::Tensor LearnedAngleControlModel::CosSin(double q) const {
-  const torch::Tensor p = lag_->parameters().front();
   return torch::tensor({std::cos(q), std::sin(q)}, torch::kFloat64)
       .reshape({1, 2})
-      .to(p.device(), p.scalar_type());
+      .to(options_.device(), options_.dtype().toScalarType());
 }
 
 double LearnedAngleControlModel::EstimateAngle(std::span<const uint8_t> rgb) {
   const int64_t s = image_size();
   CheckImage(rgb, int(s));
   c10::InferenceMode inference;
-  const torch::Tensor p = lag_->parameters().front();
   auto image = torch::from_blob(const_cast<uint8_t*>(rgb.data()), {1, s, s, 3}, torch::kUInt8)
-                   .to(p.device())
+                   .to(options_.device())
                    .permute({0, 3, 1, 2})
-                   .to(p.scalar_type())
+                   .to(options_.dtype().toScalarType())
                    .div_(255.0);
   const torch::Tensor mean = lag_->Posterior(image).mean.to(torch::kCPU, torch::kFloat64);
   const double c = mean[0][0].item<double>(), sn = mean[0][1].item<double>();

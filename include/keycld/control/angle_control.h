@@ -53,7 +53,8 @@ class AngleControlModel {
 
 /// A trained lag-vae or lag-cavae model (LagVaeModelImpl) behind AngleControlModel: q = atan2 of
 /// the encoder's posterior mean (no sampling), V, ∂V/∂q (autograd through ∂/∂q = −sin q ∂/∂cos q +
-/// cos q ∂/∂sin q), g and M from its AngleLagrangian. Runs on the model's device and dtype.
+/// cos q ∂/∂sin q), g and M from its AngleLagrangian. Runs on the device and dtype the model has
+/// when this is constructed.
 class LearnedAngleControlModel : public AngleControlModel {
  public:
   /// InputError unless `model` is a lag-vae or lag-cavae model.
@@ -70,7 +71,8 @@ class LearnedAngleControlModel : public AngleControlModel {
  private:
   torch::Tensor CosSin(double q) const;  // [1, 2] on the model's device and dtype
   Model model_;
-  LagVaeModelImpl* lag_;  // model_ as its lag-vae / lag-cavae implementation
+  LagVaeModelImpl* lag_;          // model_ as its lag-vae / lag-cavae implementation
+  torch::TensorOptions options_;  // the parameters' device and dtype, read once
 };
 
 /// The true pendulum of assets/envs/pendulum.xml in its hinge angle θ (0 = up, MuJoCo's
