@@ -308,6 +308,8 @@ TEST(ControlReport, CsvHasOneRowPerStepAndNamedColumns) {
   s.velocity = {1, 2, 3, 4};
   s.action = {0.5, -0.5};
   s.unclipped = {0.7, -0.5};
+  s.gravity = {0.125, -0.375};
+  s.input_acceleration = {3.5, 4.5};
   s.potential = 2.0;
   s.kinetic = 0.25;
   WriteControlCsv(dir / "c.csv", env, {s, s}, std::vector<double>{0.0, -3.0});
@@ -318,15 +320,44 @@ TEST(ControlReport, CsvHasOneRowPerStepAndNamedColumns) {
   EXPECT_EQ(header,
             "time,qpos_slider,qpos_hinge,qvel_slider,qvel_hinge,error_slider,error_hinge,x1,y1,"
             "x2,y2,xdot1,ydot1,xdot2,ydot2,u_slide,u_hinge,u_unclipped_slide,"
-            "u_unclipped_hinge,potential,kinetic,energy");
+            "u_unclipped_hinge,u_gravity_slide,u_gravity_hinge,input_accel_slide,"
+            "input_accel_hinge,potential,kinetic,energy");
   EXPECT_EQ(row.substr(0, 26), "0.010000,0.5,3,0.1,-0.2,0.");
-  EXPECT_NE(row.find(",2,0.25,2.25"), std::string::npos) << row;
+  EXPECT_NE(row.find(",0.7,-0.5,0.125,-0.375,3.5,4.5,2,0.25,2.25"), std::string::npos) << row;
   // error_hinge = wrap(3 − (−3)) = 6 − 2π
   EXPECT_NE(row.find(",-0.283185307,"), std::string::npos) << row;
   int rows = 1;
   while (std::getline(in, row)) ++rows;
   EXPECT_EQ(rows, 2);
   EXPECT_THROW(WriteControlCsv(dir / "e.csv", env, {}, std::nullopt), InputError);
+
+  // A reference controller's actions follow the model's; steps of which only some have one are
+  // refused.
+  ControlStep r = s;
+  r.reference_unclipped = {1.5, -2.5};
+  r.reference_gravity = {0.25, 0.75};
+  r.reference_input_acceleration = {5.5, 6.5};
+  WriteControlCsv(dir / "r.csv", env, {r, r}, std::nullopt);
+  std::ifstream rin(dir / "r.csv");
+  std::getline(rin, header);
+  std::getline(rin, row);
+  EXPECT_NE(header.find(",input_accel_hinge,reference_u_unclipped_slide,"
+                        "reference_u_unclipped_hinge,reference_u_gravity_slide,"
+                        "reference_u_gravity_hinge,reference_input_accel_slide,"
+                        "reference_input_accel_hinge,potential,"),
+            std::string::npos)
+      << header;
+  EXPECT_NE(row.find(",3.5,4.5,1.5,-2.5,0.25,0.75,5.5,6.5,2,0.25,2.25"), std::string::npos) << row;
+  EXPECT_THROW(WriteControlCsv(dir / "m.csv", env, {r, s}, std::nullopt), InputError);
+  EXPECT_THROW(WriteControlCsv(dir / "n.csv", env, {s, r}, std::nullopt), InputError);
+  EXPECT_FALSE(std::filesystem::exists(dir / "m.csv"));
+  // A per-actuator field of the wrong width is refused, not written shifted.
+  ControlStep w = s;
+  w.input_acceleration = {1.0};
+  EXPECT_THROW(WriteControlCsv(dir / "w.csv", env, {w}, std::nullopt), InputError);
+  ControlStep v = r;
+  v.reference_input_acceleration.clear();
+  EXPECT_THROW(WriteControlCsv(dir / "v.csv", env, {v}, std::nullopt), InputError);
 }
 
 }  // namespace

@@ -128,15 +128,22 @@ ControlAction AngleEnergyShapingController::Act(double q, double qdot) {
     throw InputError("the estimated angle and its rate must be finite");
   }
   const double scale = options_.gain_scale == GainScale::kMass ? model_.Mass(q) : 1.0;
-  const double force = model_.PotentialDerivative(q) -
-                       options_.kp * scale * WrapAngle(q - target_) - options_.kd * scale * qdot;
+  const double dv = model_.PotentialDerivative(q);
+  const double force =
+      dv - options_.kp * scale * WrapAngle(q - target_) - options_.kd * scale * qdot;
   const std::vector<double> g = model_.InputGain(q);
   double gg = 0;
   for (double v : g) gg += v * v;
   // gᵀ(g gᵀ)⁻¹ f for a row g; a zero row has the pseudo-inverse 0.
-  std::vector<double> u;
-  for (double v : g) u.push_back(gg > 0 ? v * force / gg : 0.0);
-  return LimitAction(std::move(u), options_.u_max);
+  std::vector<double> u, gravity;
+  for (double v : g) {
+    u.push_back(gg > 0 ? v * force / gg : 0.0);
+    gravity.push_back(gg > 0 ? v * dv / gg : 0.0);
+  }
+  ControlAction out = LimitAction(std::move(u), std::move(gravity), options_.u_max);
+  const double mass = model_.Mass(q);
+  for (double v : g) out.input_acceleration.push_back(std::abs(v) / mass);
+  return out;
 }
 
 }  // namespace keycld

@@ -73,6 +73,8 @@ void KeypointFrameController::Act(std::span<const uint8_t> frame, double dt, Con
   step.velocity = ToVector(xdot);
   step.action = std::move(act.u);
   step.unclipped = std::move(act.unclipped);
+  step.gravity = std::move(act.gravity);
+  step.input_acceleration = std::move(act.input_acceleration);
   step.potential = model_.Potential(x).item<double>();
   step.kinetic = 0.5 * (mass_ * xdot * xdot).sum().item<double>();
 }
@@ -91,6 +93,8 @@ void AngleFrameController::Act(std::span<const uint8_t> frame, double dt, Contro
   step.velocity = {qdot};
   step.action = std::move(act.u);
   step.unclipped = std::move(act.unclipped);
+  step.gravity = std::move(act.gravity);
+  step.input_acceleration = std::move(act.input_acceleration);
   step.potential = model_.Potential(q);
   step.kinetic = 0.5 * model_.Mass(q) * qdot * qdot;
 }
@@ -118,6 +122,22 @@ void ClosedLoop::CheckSizes() {
   frame_.resize(size_t(renderer_.size()) * renderer_.size() * 3);
 }
 
+void ClosedLoop::ResetVelocityEstimate() {
+  controller_.ResetVelocityEstimate();
+  if (reference_) reference_->ResetVelocityEstimate();
+}
+
+void ClosedLoop::SetReference(FrameController* reference) {
+  if (reference) {
+    CheckImageSize(renderer_.size(), reference->image_size());
+    if (reference->action_dim() != controller_.action_dim()) {
+      throw InputError("the reference controller has " + std::to_string(reference->action_dim()) +
+                       " action(s), the controller " + std::to_string(controller_.action_dim()));
+    }
+  }
+  reference_ = reference;
+}
+
 ControlStep ClosedLoop::Step() {
   ControlStep step;
   step.time = env_.time();
@@ -125,6 +145,13 @@ ControlStep ClosedLoop::Step() {
   step.qvel = env_.qvel();
   renderer_.Render(env_, frame_);
   controller_.Act(frame_, env_.timestep(), step);
+  if (reference_) {
+    ControlStep reference;
+    reference_->Act(frame_, env_.timestep(), reference);
+    step.reference_unclipped = std::move(reference.unclipped);
+    step.reference_gravity = std::move(reference.gravity);
+    step.reference_input_acceleration = std::move(reference.input_acceleration);
+  }
   env_.SetAction(step.action);
   env_.Step();
   return step;

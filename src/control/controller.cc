@@ -63,22 +63,42 @@ ControlAction EnergyShapingController::Act(const torch::Tensor& x_in,
   const int64_t a = model_.action_dim();
   const torch::Tensor x = AsState(x_in, n, "x");
   const torch::Tensor xdot = AsState(xdot_in, n, "xdot");
-  // f* = ∇V(x) − K_p (x − x*) − K_d ẋ  [1, 2K]
-  torch::Tensor force = model_.PotentialGradient(x) - kp_ * (x - target_) - kd_ * xdot;
+  // Rows: ∇V(x) and f* = ∇V(x) − K_p (x − x*) − K_d ẋ  [2, 2K]
+  const torch::Tensor gradient = model_.PotentialGradient(x);
+  torch::Tensor forces = torch::cat({gradient, gradient - kp_ * (x - target_) - kd_ * xdot}, 0);
   torch::Tensor b = model_.InputMatrix(x).reshape({n, a});  // [2K, A]
+  // Rows: the columns of M⁻¹B [A, 2K], for the input_acceleration figure.
+  torch::Tensor accel =
+      b.t() / model_.MassDiagonal().to(torch::kCPU, torch::kFloat64).reshape({1, n});
   if (options_.tangent_projection) {
-    force = model_.ProjectTangent(x, force);
+    forces = model_.ProjectTangent(x.expand({2, n}), forces);
     b = model_.ProjectTangent(x.expand({a, n}), b.t().contiguous()).t();
   }
-  const torch::Tensor u = torch::matmul(torch::linalg::pinv(b, kPinvRcond), force.reshape({n}));
-  return LimitAction({u.data_ptr<double>(), u.data_ptr<double>() + a}, options_.u_max);
+  accel = model_.ProjectTangent(x.expand({a, n}), accel.contiguous());
+  // [2, A]: row 0 the gravity compensation, row 1 the whole action (the pseudo-inverse is linear).
+  const torch::Tensor u =
+      torch::matmul(forces, torch::linalg::pinv(b, kPinvRcond).t()).contiguous();
+  const double* p = u.data_ptr<double>();
+  ControlAction out = LimitAction({p + a, p + 2 * a}, {p, p + a}, options_.u_max);
+  const torch::Tensor norms =
+      torch::linalg::vector_norm(accel, 2, {1}, false, c10::nullopt).contiguous();
+  out.input_acceleration.assign(norms.data_ptr<double>(), norms.data_ptr<double>() + a);
+  return out;
 }
 
-ControlAction LimitAction(std::vector<double> unclipped, double u_max) {
-  ControlAction out;
-  for (double v : unclipped) {
-    if (!std::isfinite(v)) throw NumericalError("the controller's action is not finite");
+ControlAction LimitAction(std::vector<double> unclipped, std::vector<double> gravity,
+                          double u_max) {
+  if (gravity.size() != unclipped.size()) {
+    throw InputError("the gravity part has " + std::to_string(gravity.size()) +
+                     " components, the action " + std::to_string(unclipped.size()));
   }
+  ControlAction out;
+  for (size_t i = 0; i < unclipped.size(); ++i) {
+    if (!std::isfinite(unclipped[i]) || !std::isfinite(gravity[i])) {
+      throw NumericalError("the controller's action is not finite");
+    }
+  }
+  out.gravity = std::move(gravity);
   out.unclipped = std::move(unclipped);
   out.u = out.unclipped;
   if (u_max > 0) {

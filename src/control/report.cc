@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "keycld/eval/plot.h"
 #include "keycld/eval/video.h"
@@ -48,11 +50,34 @@ void WriteControlCsv(const std::filesystem::path& csv, const Environment& env,
     }
   }
   for (int a = 0; a < m->nu; ++a) out += ",u_" + Name(m, mjOBJ_ACTUATOR, a, "actuator");
-  for (int a = 0; a < m->nu; ++a) {
-    out += ",u_unclipped_" + Name(m, mjOBJ_ACTUATOR, a, "actuator");
+  const bool reference = !steps.front().reference_unclipped.empty();
+  for (const char* column : {",u_unclipped_", ",u_gravity_", ",input_accel_"}) {
+    for (int a = 0; a < m->nu; ++a) out += column + Name(m, mjOBJ_ACTUATOR, a, "actuator");
+  }
+  if (reference) {
+    for (const char* column :
+         {",reference_u_unclipped_", ",reference_u_gravity_", ",reference_input_accel_"}) {
+      for (int a = 0; a < m->nu; ++a) out += column + Name(m, mjOBJ_ACTUATOR, a, "actuator");
+    }
   }
   out += ",potential,kinetic,energy\n";
   for (const ControlStep& s : steps) {
+    if (s.reference_unclipped.empty() == reference) {
+      throw InputError("every step or none must have a reference action ('" + csv.string() + "')");
+    }
+    const size_t nu = size_t(m->nu), nu_reference = reference ? nu : 0;
+    using Field = std::pair<const std::vector<double>*, size_t>;
+    for (const Field& f :
+         {Field{&s.action, nu}, Field{&s.unclipped, nu}, Field{&s.gravity, nu},
+          Field{&s.input_acceleration, nu}, Field{&s.reference_unclipped, nu_reference},
+          Field{&s.reference_gravity, nu_reference},
+          Field{&s.reference_input_acceleration, nu_reference}}) {
+      if (f.first->size() != f.second) {
+        throw InputError("a control step has " + std::to_string(f.first->size()) +
+                         " value(s) for a per-actuator column, the system " + std::to_string(nu) +
+                         " actuator(s) ('" + csv.string() + "')");
+      }
+    }
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.6f", s.time);
     std::string line = buf;
@@ -65,6 +90,11 @@ void WriteControlCsv(const std::filesystem::path& csv, const Environment& env,
     for (double v : s.velocity) Append(line, v);
     for (double v : s.action) Append(line, v);
     for (double v : s.unclipped) Append(line, v);
+    for (double v : s.gravity) Append(line, v);
+    for (double v : s.input_acceleration) Append(line, v);
+    for (double v : s.reference_unclipped) Append(line, v);
+    for (double v : s.reference_gravity) Append(line, v);
+    for (double v : s.reference_input_acceleration) Append(line, v);
     Append(line, s.potential);
     Append(line, s.kinetic);
     Append(line, s.potential + s.kinetic);

@@ -33,10 +33,16 @@ struct ControlStep {
   std::vector<double> keypoints;
   /// Its estimated rate: the projected ẋ [2K] (normalized units / s), or q̇ [1] (rad/s).
   std::vector<double> velocity;
-  std::vector<double> action;     ///< applied u [A] (after the limit, actuator units)
-  std::vector<double> unclipped;  ///< u before the limit [A]
-  double potential = 0;           ///< model's V (model's energy unit)
-  double kinetic = 0;             ///< ½ ẋᵀ M ẋ (or ½ M(q) q̇²) with the model's M
+  std::vector<double> action;              ///< applied u [A] (after the limit, actuator units)
+  std::vector<double> unclipped;           ///< u before the limit [A]
+  std::vector<double> gravity;             ///< the gravity compensation part of unclipped [A]
+  std::vector<double> input_acceleration;  ///< ControlAction::input_acceleration [A]
+  /// What a reference controller (ClosedLoop::SetReference, e.g. the known model's) computed
+  /// for the same frame, not applied: its unclipped u, gravity part and input acceleration [A];
+  /// empty without one.
+  std::vector<double> reference_unclipped, reference_gravity, reference_input_acceleration;
+  double potential = 0;  ///< model's V (model's energy unit)
+  double kinetic = 0;    ///< ½ ẋᵀ M ẋ (or ½ M(q) q̇²) with the model's M
 };
 
 /// What the loop runs at every step: from the camera frame to the action.
@@ -48,7 +54,7 @@ class FrameController {
   virtual int action_dim() const = 0;
   /// Estimates the state from `frame` uint8 [S, S, 3] (its rate from the previous frame, `dt`
   /// seconds earlier; 0 at the first step) and computes the action: fills `step`'s keypoints,
-  /// velocity, action, unclipped, potential and kinetic.
+  /// velocity, action, unclipped, gravity, input_acceleration, potential and kinetic.
   virtual void Act(std::span<const uint8_t> frame, double dt, ControlStep& step) = 0;
   /// Forgets the previous estimate (the next step's rate estimate is 0).
   virtual void ResetVelocityEstimate() = 0;
@@ -104,7 +110,13 @@ class ClosedLoop {
   /// The frame the last Step() rendered: uint8 [S, S, 3].
   const std::vector<uint8_t>& frame() const { return frame_; }
   /// Forgets the previous estimate (the next step's velocity estimate is 0).
-  void ResetVelocityEstimate() { controller_.ResetVelocityEstimate(); }
+  void ResetVelocityEstimate();
+  /// Runs `reference` on every frame too, after the controller, and records its unclipped
+  /// action and gravity part in each step (ControlStep::reference_*) without applying them: the
+  /// known model's controller beside a learned one says which of the learned terms is wrong
+  /// (control/diagnosis.h). It must read frames of the same size and have the same action
+  /// width (InputError) and outlive the loop; nullptr removes it.
+  void SetReference(FrameController* reference);
 
  private:
   void CheckSizes();
@@ -112,6 +124,7 @@ class ClosedLoop {
   Environment& env_;
   OffscreenRenderer& renderer_;
   FrameController& controller_;
+  FrameController* reference_ = nullptr;
   std::vector<uint8_t> frame_;
 };
 

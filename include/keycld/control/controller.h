@@ -55,11 +55,23 @@ struct ControllerOptions {
 struct ControlAction {
   std::vector<double> u;          ///< applied action [A] (after the limit)
   std::vector<double> unclipped;  ///< B⁺ f* before the limit [A]
+  /// The gravity compensation in `unclipped` [A]: the part the potential gives, (P B)⁺ P ∇V for
+  /// the keypoint law, g(g gᵀ)⁻¹ ∂V/∂q for the angle law; the rest is the feedback's
+  /// (−K_p(x − x*) − K_d ẋ). Physical actuator units for any model, so the terms of two models
+  /// of the same system can be compared (control/diagnosis.h).
+  std::vector<double> gravity;
+  /// How hard each actuator pushes the system by the model [A]: the norm of the tangent part of
+  /// column i of M⁻¹B (keypoint law: normalized image units/s² per actuator unit; angle law:
+  /// |g_i|/M(q) in rad/s² per unit). Invariant to the model's energy scale (V, B and M scaled
+  /// together), so a learned model's value can be compared with the known model's; the gravity
+  /// part divides by it, so where it falls towards 0 the action blows up.
+  std::vector<double> input_acceleration;
 };
 
-/// The action of a law's value `unclipped` [A]: each component clipped to [−u_max, u_max]
-/// (u_max = 0: no limit). NumericalError when a component is not finite.
-ControlAction LimitAction(std::vector<double> unclipped, double u_max);
+/// The action of a law's value `unclipped` [A] and its gravity part `gravity` [A]: each
+/// component of `unclipped` clipped to [−u_max, u_max] (u_max = 0: no limit). NumericalError
+/// when a component of either is not finite, InputError when their sizes differ.
+ControlAction LimitAction(std::vector<double> unclipped, std::vector<double> gravity, double u_max);
 
 class EnergyShapingController {
  public:

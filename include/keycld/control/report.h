@@ -17,9 +17,14 @@ namespace keycld {
 ///   time, qpos_<joint>…, qvel_<joint>…, [error_<joint>… when target_qpos is given],
 ///   x1, y1, …, xK, yK (estimated keypoints), xdot1, ydot1, … (estimated velocity) — or, for the
 ///   angle law (a step's state of one value), q_model, qdot_model (rad, rad/s) —,
-///   u_<actuator>… (applied), u_unclipped_<actuator>…, potential, kinetic, energy
+///   u_<actuator>… (applied), u_unclipped_<actuator>…, u_gravity_<actuator>… (its gravity
+///   compensation part), input_accel_<actuator>… (ControlAction::input_acceleration),
+///   [reference_u_unclipped_<actuator>…, reference_u_gravity_<actuator>…,
+///   reference_input_accel_<actuator>… when the steps have a reference controller's actions],
+///   potential, kinetic, energy
 /// Units: s, rad or m (and per s), normalized image coordinates (and per s), actuator units,
-/// the model's energy unit. Throws InputError for no steps, IoError if it cannot be written.
+/// the model's energy unit. Throws InputError for no steps or steps of which only some have a
+/// reference, IoError if it cannot be written.
 void WriteControlCsv(const std::filesystem::path& csv, const Environment& env,
                      const std::vector<ControlStep>& steps,
                      const std::optional<std::vector<double>>& target_qpos);
