@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "keycld/control/angle_control.h"
 #include "keycld/control/closed_loop.h"
+#include "keycld/control/diagnosis.h"
 #include "keycld/control/known_model.h"
 #include "keycld/control/report.h"
 #include "keycld/control/true_pendulum.h"
@@ -32,7 +33,7 @@ namespace {
 
 struct ControlArgs {
   std::string run, target_image, target_state, target_truth, init_state, out;
-  std::string model_source = "learned", env, law = "auto";
+  std::string model_source = "learned", env, law = "auto", reference = "auto";
   int size = 32;
   std::string gain_scale = "mass", device = "cpu";
   double seconds = 10.0, kp = 25.0, kd = 10.0, u_max = 0.0;
@@ -251,6 +252,29 @@ ControlSetup OpenControlSetup(const ControlArgs& a) {
   return setup;
 }
 
+// Whether the known model's controller runs beside the learned one (--reference): "auto" runs it
+// when it can (a learned model of a built-in system, the true target known), "known" insists.
+bool UseReference(const ControlArgs& a, const ControlSetup& setup,
+                  const std::optional<std::vector<double>>& truth) {
+  if (a.reference == "none") return false;
+  const bool insist = a.reference == "known";
+  auto refuse = [&](const std::string& why) {
+    if (insist) throw InputError("--reference known: " + why);
+    return false;
+  };
+  if (!setup.learned) return refuse("the controlled model is the known one already");
+  if (setup.env == EnvName::kCustom) return refuse("a custom system has no known model");
+  if (setup.law == Law::kAngle && setup.env != EnvName::kPendulum) {
+    return refuse("the known model of the angle law is the pendulum's only");
+  }
+  if (!truth) {
+    return refuse(
+        "the known model needs the true target state (--target-state, or --target-truth with "
+        "--target-image)");
+  }
+  return true;
+}
+
 // The model, the law and the target, behind one FrameController for the loop.
 struct ControlParts {
   std::unique_ptr<ControlModel> keypoint_model;
@@ -295,6 +319,57 @@ ControlParts MakeControlParts(const ControlSetup& setup, const ControlArgs& a,
   return p;
 }
 
+// The gravity compensation u_g that holds the target (zero velocity, where the feedback is 0) by
+// the parts' model and law [A].
+std::vector<double> HoldingGravity(const ControlParts& p) {
+  if (p.angle_law) return p.angle_law->Act(p.target.keypoints.item<double>(), 0.0).gravity;
+  return p.keypoint_law->Act(p.target.keypoints, torch::zeros_like(p.target.keypoints)).gravity;
+}
+
+nlohmann::json TermJson(const TermComparison& t) {
+  auto values = [](const std::vector<double>& v) {
+    nlohmann::json out = nlohmann::json::array();
+    for (double x : v)
+      out.push_back(std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr));
+    return out;
+  };
+  return {{"slope", values(t.slope)},
+          {"r2", values(t.r2)},
+          {"rms_model", values(t.rms_model)},
+          {"rms_reference", values(t.rms_reference)},
+          {"rms_difference", values(t.rms_difference)},
+          {"median_ratio", values(t.median_ratio)}};
+}
+
+// summary.json's "reference": the learned law's terms against the known model's along the path
+// (diagnosis.h) and at the target, and the line the command prints.
+nlohmann::json ReferenceJson(const std::vector<ControlStep>& steps, const ControlParts& model,
+                             const ControlParts& known, std::string* line) {
+  const ReferenceComparison c = CompareWithReference(steps);
+  const std::vector<double> hold_model = HoldingGravity(model), hold_known = HoldingGravity(known);
+  nlohmann::json j = {{"model", "known"},
+                      {"steps", c.steps},
+                      {"along_path",
+                       {{"action", TermJson(c.action)},
+                        {"gravity", TermJson(c.gravity)},
+                        {"feedback", TermJson(c.feedback)},
+                        {"input_acceleration", TermJson(c.input_acceleration)}}},
+                      {"holding_gravity", {{"model", hold_model}, {"reference", hold_known}}}};
+  char buf[384];
+  line->clear();
+  for (size_t i = 0; i < hold_model.size(); ++i) {
+    std::snprintf(buf, sizeof buf,
+                  "%su%zu along the path, learned/known: gravity part median %.3g (slope %.3g, R² "
+                  "%.3g), input acceleration median %.3g, feedback median %.3g; holding the "
+                  "target takes %.3g (known model %.3g)",
+                  i ? "; " : "", i + 1, c.gravity.median_ratio[i], c.gravity.slope[i],
+                  c.gravity.r2[i], c.input_acceleration.median_ratio[i], c.feedback.median_ratio[i],
+                  hold_model[i], hold_known[i]);
+    *line += buf;
+  }
+  return j;
+}
+
 int RunControl(const ControlArgs& a, const GlobalOptions& global) {
   const ControllerOptions copt = CheckControlArgs(a);
   const ControlSetup setup = OpenControlSetup(a);
@@ -312,8 +387,19 @@ int RunControl(const ControlArgs& a, const GlobalOptions& global) {
   OffscreenRenderer renderer(env, *gl, size);
   ControlParts parts = MakeControlParts(setup, a, copt, env, renderer, truth);
   const ControlTarget& tgt = parts.target;
+  // The known model's controller beside the learned one, on the same frames, not applied: the
+  // diagnosis of docs/control.md. Its target is the true target state.
+  std::optional<ControlParts> reference;
+  if (UseReference(a, setup, truth)) {
+    ControlSetup known = setup;
+    known.learned = Model{nullptr};
+    ControlArgs known_args = a;
+    known_args.target_image.clear();
+    reference = MakeControlParts(known, known_args, copt, env, renderer, truth);
+  }
   env.Reset(init, std::vector<double>(size_t(env.nv()), 0.0));
   ClosedLoop loop(env, renderer, *parts.frame_controller);
+  if (reference) loop.SetReference(reference->frame_controller.get());
   const ControlRecord rec = RunLoop(loop, env, a.seconds, !a.no_video);
 
   fs::create_directories(out);
@@ -342,6 +428,12 @@ int RunControl(const ControlArgs& a, const GlobalOptions& global) {
         JoinErrors(env, env.qpos());
   }
   j["verdict_line"] = verdict_line;
+  std::string diagnosis_line;
+  if (reference) {
+    j["reference"] = ReferenceJson(rec.steps, parts, *reference, &diagnosis_line);
+  } else {
+    j["reference"] = nullptr;
+  }
   WriteTextAtomically(out / "summary.json", j.dump(2) + "\n");
   std::printf(
       "%s: %zu steps of %.3f s in %.1f s wall (%.0f steps/s: render + estimate + control + "
@@ -349,6 +441,7 @@ int RunControl(const ControlArgs& a, const GlobalOptions& global) {
       env.system_name().c_str(), rec.steps.size(), env.timestep(), rec.wall_seconds,
       double(rec.steps.size()) / rec.wall_seconds);
   std::printf("verdict: %s\n", verdict_line.c_str());
+  if (reference) std::printf("against the known model: %s\n", diagnosis_line.c_str());
   std::printf("wrote %s (control.csv, %ssummary.json, target.png%s)\n", out.c_str(),
               truth ? "errors.png, " : "", a.no_video ? "" : ", control.gif");
   return 0;
@@ -375,6 +468,13 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
                   "angle: Lag-caVAE's energy shaping in its angle q (lag-vae, lag-cavae, or the "
                   "known pendulum)")
       ->check(CLI::IsMember({"auto", "keypoint", "angle"}))
+      ->capture_default_str();
+  cmd->add_option("--reference", a->reference,
+                  "auto | known | none: run the known model's controller beside a learned one on "
+                  "the same frames (not applied) and compare their gravity and feedback terms "
+                  "(summary.json \"reference\"); auto: when the system is built in and the true "
+                  "target is known")
+      ->check(CLI::IsMember({"auto", "known", "none"}))
       ->capture_default_str();
   cmd->add_option("--env", a->env, "With --model-source known: pendulum | cartpole | acrobot")
       ->check(CLI::IsMember(Names<EnvName>()));

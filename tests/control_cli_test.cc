@@ -51,7 +51,11 @@ TEST(ControlCli, WritesCsvVideoPlotAndSummary) {
   std::ifstream csv(o / "control.csv");
   std::string line;
   int rows = -1;
-  while (std::getline(csv, line)) ++rows;
+  while (std::getline(csv, line)) {
+    if (rows++ == -1) {
+      EXPECT_NE(line.find(",reference_input_accel_hinge,potential"), std::string::npos) << line;
+    }
+  }
   EXPECT_EQ(rows, 30);
   auto j = nlohmann::json::parse(Slurp(o / "summary.json"));
   EXPECT_EQ(j["env"], "cartpole");
@@ -61,6 +65,16 @@ TEST(ControlCli, WritesCsvVideoPlotAndSummary) {
   EXPECT_FALSE(j["verdict"]["success"].get<bool>());
   EXPECT_LE(j["max_abs_action"].get<double>(), 1.5);
   EXPECT_EQ(j["controller"]["gain_scale"], "mass");
+  // The known model's controller ran beside the learned one (--reference auto: built-in system,
+  // true target known): its terms per actuator (slide, hinge) in the summary and the CSV.
+  ASSERT_TRUE(j["reference"].is_object()) << j.dump();
+  EXPECT_EQ(j["reference"]["model"], "known");
+  EXPECT_EQ(j["reference"]["steps"], 30);
+  for (const char* term : {"action", "gravity", "feedback", "input_acceleration"}) {
+    EXPECT_EQ(j["reference"]["along_path"][term]["median_ratio"].size(), 2u) << term;
+  }
+  EXPECT_EQ(j["reference"]["holding_gravity"]["reference"].size(), 2u);
+  EXPECT_NE(out.find("against the known model: u1 along the path"), std::string::npos) << out;
   PngImage target = ReadPng(o / "target.png");
   EXPECT_EQ(target.width, 16);
   PngImage plot = ReadPng(o / "errors.png");
@@ -84,6 +98,17 @@ TEST(ControlCli, WritesCsvVideoPlotAndSummary) {
   auto k = nlohmann::json::parse(Slurp(dir / "img" / "summary.json"));
   EXPECT_EQ(k["target_keypoints"], j["target_keypoints"]);  // same image, same estimate
   EXPECT_TRUE(k["verdict"].is_null());
+  EXPECT_TRUE(k["reference"].is_null());  // no true target: no known model's controller
+  // --reference known insists: refused without the true target, before anything is written.
+  EXPECT_EQ(
+      testing::RunCli("control " + run.string() + " --target-image " + (o / "target.png").string() +
+                          " --reference known --out " + (dir / "ref").string(),
+                      &out),
+      1);
+  EXPECT_NE(out.find("keycld: error: --reference known: the known model needs the true target"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(fs::exists(dir / "ref"));
 }
 
 TEST(ControlCli, RefusesWhatItCannotControl) {
@@ -139,7 +164,9 @@ TEST(ControlCli, LagModelsUseTheirAngleLaw) {
 
   for (const std::string& bad : {lag.string() + " --law keypoint", keycld.string() + " --law angle",
                                  lag.string() + " --raw-pinv",
-                                 std::string("--model-source known --env cartpole --law angle")}) {
+                                 std::string("--model-source known --env cartpole --law angle"),
+                                 std::string("--model-source known --env pendulum --reference "
+                                             "known")}) {
     EXPECT_EQ(testing::RunCli("control " + bad + " --target-state 0 --seconds 0.1 --out " +
                                   (dir / "refused").string(),
                               &out),
