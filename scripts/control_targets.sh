@@ -38,7 +38,7 @@ esac
 
 mkdir -p "$out"
 csv="$out/targets.csv.tmp"
-echo "target,success,settle_time_s,final_errors,max_abs_action,steps_per_second" >"$csv"
+echo "target,success,settle_time_s,final_errors,max_abs_action,steps_per_second,gravity_median_ratio,input_acceleration_median_ratio" >"$csv"
 successes=0
 for t in "${targets[@]}"; do
   dir="$out/target_${t//,/_}"
@@ -61,7 +61,9 @@ for t in "${targets[@]}"; do
   row=$(jq -r '[(.verdict.success | tostring), (if .verdict.settle_time == null then "" else (.verdict.settle_time * 100 | round / 100 | tostring) end),
                 (.verdict.final_errors | map(. * 1000 | round / 1000 | tostring) | join(" ")),
                 (.max_abs_action * 1000 | round / 1000 | tostring),
-                (.steps_per_second | round | tostring)] | join(",")' "$dir/summary.json")
+                (.steps_per_second | round | tostring),
+                (.reference.along_path.gravity.median_ratio // [] | map(if . == null then "nan" else (. * 100 | round / 100 | tostring) end) | join(" ")),
+                (.reference.along_path.input_acceleration.median_ratio // [] | map(if . == null then "nan" else (. * 100 | round / 100 | tostring) end) | join(" "))] | join(",")' "$dir/summary.json")
   echo "${t//,/ },$row" >>"$csv"
   [[ $row == true,* ]] && successes=$((successes + 1))
   echo "target $t: $(jq -r .verdict_line "$dir/summary.json")"
@@ -76,10 +78,14 @@ md="$out/targets.md.tmp"
   echo
   echo "**$successes of ${#targets[@]} succeeded.**"
   echo
-  echo "| target | success | settled after (s) | final error | largest \|u\| | steps/s |"
-  echo "| --- | --- | --- | --- | --- | --- |"
-  tail -n +2 "$out/targets.csv" | while IFS=, read -r tg ok st fe mu sps; do
-    echo "| $tg | $ok | ${st:-–} | $fe | $mu | $sps |"
+  # shellcheck disable=SC2016  # the backquotes are Markdown
+  echo 'Last two columns: learned/known medians along the path (`--reference`, docs/control.md'
+  echo '"Diagnosis"), blank without a reference.'
+  echo
+  echo "| target | success | settled after (s) | final error | largest \|u\| | steps/s | gravity part | input accel. |"
+  echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+  tail -n +2 "$out/targets.csv" | while IFS=, read -r tg ok st fe mu sps gm im; do
+    echo "| $tg | $ok | ${st:-–} | $fe | $mu | $sps | ${gm:-–} | ${im:-–} |"
   done
 } >"$md"
 mv "$md" "$out/targets.md"
