@@ -43,6 +43,11 @@ TEST(ControlDiagnosis, CompareSeriesAgainstHandValues) {
   EXPECT_DOUBLE_EQ(c[5], 2.5);
   EXPECT_DOUBLE_EQ(CompareSeries({2, -4, 6}, {1, -2, 3})[5], 2.0);
   EXPECT_TRUE(std::isnan(CompareSeries({1, 2}, {0, 0})[5]));
+  // A reference of rounding size (the cart's gravity part, ~1e-16) is 0 too: no ratio of 1e15.
+  c = CompareSeries({-3, 2}, {1e-16, -3e-16});
+  EXPECT_TRUE(std::isnan(c[0]));
+  EXPECT_TRUE(std::isnan(c[5]));
+  EXPECT_DOUBLE_EQ(c[1], 1.0 - 13.0 / 12.5);  // residual Σm² = 13, Σ(m − m̄)² = 12.5
   EXPECT_THROW(CompareSeries({}, {}), InputError);
   EXPECT_THROW(CompareSeries({1, 2}, {1}), InputError);
 }

@@ -12,6 +12,7 @@ namespace keycld {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kNegligibleReference = 1e-9;  // actuator units
 
 void CheckWidth(const std::vector<double>& v, size_t width, size_t step, const char* what) {
   if (v.size() != width) {
@@ -64,10 +65,13 @@ std::vector<double> CompareSeries(const std::vector<double>& model,
     dd += d * d;
   }
   mean /= n;
-  const double slope = rr > 0 ? mr / rr : kNaN;
+  // A reference below 1e-9 actuator units is rounding (the cart's gravity part on its rail):
+  // no ratio to it means anything.
+  const bool reference_zero = std::sqrt(rr / n) <= kNegligibleReference;
+  const double slope = reference_zero ? kNaN : mr / rr;
   double residual = 0, total = 0;
   for (size_t t = 0; t < model.size(); ++t) {
-    const double e = model[t] - (rr > 0 ? slope : 0.0) * reference[t];
+    const double e = model[t] - (reference_zero ? 0.0 : slope) * reference[t];
     residual += e * e;
     total += (model[t] - mean) * (model[t] - mean);
   }
@@ -75,7 +79,7 @@ std::vector<double> CompareSeries(const std::vector<double>& model,
   const double rms_reference = std::sqrt(rr / n);
   std::vector<double> ratios;
   for (size_t t = 0; t < model.size(); ++t) {
-    if (rms_reference > 0 && std::abs(reference[t]) >= 0.1 * rms_reference) {
+    if (!reference_zero && std::abs(reference[t]) >= 0.1 * rms_reference) {
       ratios.push_back(model[t] / reference[t]);
     }
   }

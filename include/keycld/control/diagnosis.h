@@ -18,7 +18,7 @@ namespace keycld {
 /// One term of the action, model against reference, per actuator [A].
 struct TermComparison {
   /// Least-squares s of model ≈ s·reference over the steps (through 0); NaN when the reference
-  /// is 0 at every step.
+  /// is 0 (root mean square ≤ 1e-9 actuator units: rounding, e.g. the cart's gravity part).
   std::vector<double> slope;
   /// 1 − Σ(model − s·reference)² / Σ(model − mean model)²: 1 when the model's term is
   /// proportional to the reference's; ≤ 0 when the fit explains nothing; NaN for a constant
@@ -29,7 +29,7 @@ struct TermComparison {
   std::vector<double> rms_model, rms_reference, rms_difference;
   /// Median of model/reference over the steps where |reference| ≥ 10 % of its root mean square:
   /// the typical ratio, which a few huge values (a weak B near a singular pose) do not move as
-  /// they move the slope; NaN when no step qualifies.
+  /// they move the slope; NaN when no step qualifies or the reference is 0 (as for slope).
   std::vector<double> median_ratio;
 };
 
