@@ -471,7 +471,8 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
       ->capture_default_str();
   cmd->add_option("--reference", a->reference,
                   "auto | known | none: run the known model's controller beside a learned one on "
-                  "the same frames (not applied) and compare their gravity and feedback terms "
+                  "the same frames (not applied) and compare their gravity, feedback and input "
+                  "acceleration terms "
                   "(summary.json \"reference\"); auto: when the system is built in and the true "
                   "target is known")
       ->check(CLI::IsMember({"auto", "known", "none"}))

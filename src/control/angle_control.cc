@@ -127,7 +127,8 @@ ControlAction AngleEnergyShapingController::Act(double q, double qdot) {
   if (!std::isfinite(q) || !std::isfinite(qdot)) {
     throw InputError("the estimated angle and its rate must be finite");
   }
-  const double scale = options_.gain_scale == GainScale::kMass ? model_.Mass(q) : 1.0;
+  const double mass = model_.Mass(q);
+  const double scale = options_.gain_scale == GainScale::kMass ? mass : 1.0;
   const double dv = model_.PotentialDerivative(q);
   const double force =
       dv - options_.kp * scale * WrapAngle(q - target_) - options_.kd * scale * qdot;
@@ -141,7 +142,6 @@ ControlAction AngleEnergyShapingController::Act(double q, double qdot) {
     gravity.push_back(gg > 0 ? v * dv / gg : 0.0);
   }
   ControlAction out = LimitAction(std::move(u), std::move(gravity), options_.u_max);
-  const double mass = model_.Mass(q);
   for (double v : g) out.input_acceleration.push_back(std::abs(v) / mass);
   return out;
 }

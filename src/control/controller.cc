@@ -50,9 +50,10 @@ EnergyShapingController::EnergyShapingController(ControlModel& model, const torc
   if (!torch::isfinite(target_).all().item<bool>()) {
     throw InputError("the target keypoints are not finite");
   }
-  torch::Tensor scale = options_.gain_scale == GainScale::kMass
-                            ? model.MassDiagonal().to(torch::kCPU, torch::kFloat64).reshape({n})
-                            : torch::ones({n}, torch::kFloat64);
+  const torch::Tensor mass = model.MassDiagonal().to(torch::kCPU, torch::kFloat64).reshape({n});
+  inverse_mass_ = (1.0 / mass).reshape({1, n});
+  const torch::Tensor scale =
+      options_.gain_scale == GainScale::kMass ? mass : torch::ones({n}, torch::kFloat64);
   kp_ = options_.kp * scale;
   kd_ = options_.kd * scale;
 }
@@ -68,8 +69,7 @@ ControlAction EnergyShapingController::Act(const torch::Tensor& x_in,
   torch::Tensor forces = torch::cat({gradient, gradient - kp_ * (x - target_) - kd_ * xdot}, 0);
   torch::Tensor b = model_.InputMatrix(x).reshape({n, a});  // [2K, A]
   // Rows: the columns of M⁻¹B [A, 2K], for the input_acceleration figure.
-  torch::Tensor accel =
-      b.t() / model_.MassDiagonal().to(torch::kCPU, torch::kFloat64).reshape({1, n});
+  torch::Tensor accel = b.t() * inverse_mass_;
   if (options_.tangent_projection) {
     forces = model_.ProjectTangent(x.expand({2, n}), forces);
     b = model_.ProjectTangent(x.expand({a, n}), b.t().contiguous()).t();

@@ -67,7 +67,8 @@ std::vector<double> CompareSeries(const std::vector<double>& model,
   mean /= n;
   // A reference below 1e-9 actuator units is rounding (the cart's gravity part on its rail):
   // no ratio to it means anything.
-  const bool reference_zero = std::sqrt(rr / n) <= kNegligibleReference;
+  const double rms_reference = std::sqrt(rr / n);
+  const bool reference_zero = rms_reference <= kNegligibleReference;
   const double slope = reference_zero ? kNaN : mr / rr;
   double residual = 0, total = 0;
   for (size_t t = 0; t < model.size(); ++t) {
@@ -76,7 +77,6 @@ std::vector<double> CompareSeries(const std::vector<double>& model,
     total += (model[t] - mean) * (model[t] - mean);
   }
   const double r2 = total > 0 ? 1.0 - residual / total : kNaN;
-  const double rms_reference = std::sqrt(rr / n);
   std::vector<double> ratios;
   for (size_t t = 0; t < model.size(); ++t) {
     if (!reference_zero && std::abs(reference[t]) >= 0.1 * rms_reference) {

@@ -91,7 +91,8 @@ class EnergyShapingController {
   ControlModel& model_;
   torch::Tensor target_;  // [1, 2K] float64
   ControllerOptions options_;
-  torch::Tensor kp_, kd_;  // [2K] float64
+  torch::Tensor kp_, kd_;       // [2K] float64
+  torch::Tensor inverse_mass_;  // M⁻¹'s diagonal [1, 2K] float64 (M is constant)
 };
 
 }  // namespace keycld
