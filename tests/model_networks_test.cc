@@ -55,9 +55,11 @@ TEST(ModelNetworks, OneDnnConvolutionMatchesLibTorchsConvolution) {
     at::Tensor y = Conv2dForward(conv, x);
     auto g = torch::autograd::grad({(y * w).sum()}, {x, conv->weight, conv->bias});
     EXPECT_EQ(y.sizes(), y_ref.sizes());
-    EXPECT_TRUE(at::allclose(y, y_ref, 1e-4, 1e-5)) << "batch " << batch << ", " << in << "->" << out;
+    EXPECT_TRUE(at::allclose(y, y_ref, 1e-4, 1e-5))
+        << "batch " << batch << ", " << in << "->" << out;
     for (size_t k = 0; k < 3; ++k) {
-      EXPECT_TRUE(at::allclose(g[k], g_ref[k], 1e-4, 1e-4)) << "gradient " << k << ", batch " << batch;
+      EXPECT_TRUE(at::allclose(g[k], g_ref[k], 1e-4, 1e-4))
+          << "gradient " << k << ", batch " << batch;
     }
   }
 }
@@ -212,6 +214,22 @@ TEST(ModelNetworks, DenseInitStatisticsAndMassInit) {
   EXPECT_EQ(b.sizes(), (at::IntArrayRef{5, 7, 2 * kK, 3}));
   EXPECT_THROW(input->forward(at::rand({5, 2 * kK + 1})), InputError);
   EXPECT_THROW(InputMatrix(kK, 0, h), InputError);
+
+  // fan-in: each layer's weights U(±1/√fan_in), so their std is 1/√(3·fan_in); biases 0.
+  InputMatrix wide(kK, 3, h, DenseInit::kFanIn);
+  const std::vector<int64_t> fan_in = {2 * kK, h, h};
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "mlp.linear" + std::to_string(i + 1);
+    const at::Tensor w = *wide->named_parameters().find(name + ".weight");
+    const double bound = 1.0 / std::sqrt(double(fan_in[i]));
+    EXPECT_LE(w.abs().max().item<double>(), bound) << name;
+    EXPECT_NEAR(w.std().item<double>(), bound / std::sqrt(3.0), 0.15 * bound / std::sqrt(3.0))
+        << name;
+    EXPECT_EQ(wide->named_parameters().find(name + ".bias")->abs().max().item<float>(), 0.0f);
+  }
+  EXPECT_EQ(ParseDenseInit("fan-in"), DenseInit::kFanIn);
+  EXPECT_EQ(DenseInitName(ParseDenseInit("paper")), "paper");
+  EXPECT_THROW(ParseDenseInit("kaiming"), InputError);
 
   MassMatrix mass(3);
   EXPECT_TRUE(at::equal(mass->m(), at::ones({3})));

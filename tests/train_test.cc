@@ -65,6 +65,7 @@ TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   c.integrator_warmup_epochs = 2.5;
   c.w_rec = 4.0;
   c.w_dyn_warmup_epochs = 1.0;
+  c.dense_init = "fan-in";
   TrainConfig d;
   d.MergeToml(c.ToToml(), "roundtrip");
   EXPECT_EQ(d.ToToml(), c.ToToml());
@@ -73,6 +74,10 @@ TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   EXPECT_EQ(d.integrator, "verlet");
   EXPECT_EQ(d.integrator_substeps, 3);
   EXPECT_EQ(d.w_rec, 4.0);
+  EXPECT_EQ(d.dense_init, "fan-in");
+  TrainConfig uniform;
+  uniform.MergeToml("[model]\ndense_init = \"uniform\"\n", "t");
+  EXPECT_THROW(uniform.Validate(), InputError);
   TrainConfig fp16;
   fp16.MergeToml("[train]\nprecision = \"fp16\"\n", "t");
   EXPECT_THROW(fp16.Validate(), InputError);

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/init.h>
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -23,15 +24,23 @@ void CheckState(const torch::Tensor& x, int64_t num_keypoints, const char* who) 
 
 }  // namespace
 
+DenseInit ParseDenseInit(const std::string& name) {
+  if (name == "paper") return DenseInit::kPaper;
+  if (name == "fan-in") return DenseInit::kFanIn;
+  throw InputError("dense_init must be paper (N(0, 0.01²)) or fan-in (U(±1/√fan_in)), got '" +
+                   name + "'");
+}
+
+std::string DenseInitName(DenseInit init) { return init == DenseInit::kFanIn ? "fan-in" : "paper"; }
+
 CeluMlpImpl::CeluMlpImpl(int64_t in_features, std::vector<int64_t> hidden, int64_t out_features,
-                         double weight_std)
+                         DenseInit init)
     : in_features_(in_features), out_features_(out_features) {
-  bool ok = in_features >= 1 && out_features >= 1 && weight_std > 0;
+  bool ok = in_features >= 1 && out_features >= 1;
   for (int64_t w : hidden) ok = ok && w >= 1;
   if (!ok) {
-    throw InputError("CeluMlp: layer widths and weight_std must be positive, got in = " +
-                     std::to_string(in_features) + ", out = " + std::to_string(out_features) +
-                     ", weight_std = " + std::to_string(weight_std));
+    throw InputError("CeluMlp: layer widths must be positive, got in = " +
+                     std::to_string(in_features) + ", out = " + std::to_string(out_features));
   }
   hidden.push_back(out_features);
   int64_t width = in_features;
@@ -39,7 +48,12 @@ CeluMlpImpl::CeluMlpImpl(int64_t in_features, std::vector<int64_t> hidden, int64
   for (size_t i = 0; i < hidden.size(); ++i) {
     auto layer =
         register_module("linear" + std::to_string(i + 1), torch::nn::Linear(width, hidden[i]));
-    torch::nn::init::normal_(layer->weight, 0.0, weight_std);
+    if (init == DenseInit::kFanIn) {
+      const double bound = 1.0 / std::sqrt(double(width));
+      torch::nn::init::uniform_(layer->weight, -bound, bound);
+    } else {
+      torch::nn::init::normal_(layer->weight, 0.0, kDenseInitStd);
+    }
     torch::nn::init::zeros_(layer->bias);
     layers_.push_back(layer);
     width = hidden[i];
@@ -55,14 +69,14 @@ torch::Tensor CeluMlpImpl::forward(const torch::Tensor& x) {
   return y;
 }
 
-PotentialEnergyImpl::PotentialEnergyImpl(int64_t num_keypoints, int64_t hidden)
+PotentialEnergyImpl::PotentialEnergyImpl(int64_t num_keypoints, int64_t hidden, DenseInit init)
     : num_keypoints_(num_keypoints) {
   if (num_keypoints < 1 || hidden < 1) {
     throw InputError("PotentialEnergy: need K ≥ 1 and h ≥ 1, got K = " +
                      std::to_string(num_keypoints) + ", h = " + std::to_string(hidden));
   }
-  mlp_ =
-      register_module("mlp", CeluMlp(2 * num_keypoints, std::vector<int64_t>{hidden, hidden}, 1));
+  mlp_ = register_module("mlp",
+                         CeluMlp(2 * num_keypoints, std::vector<int64_t>{hidden, hidden}, 1, init));
 }
 
 torch::Tensor PotentialEnergyImpl::forward(const torch::Tensor& x) {
@@ -83,7 +97,8 @@ torch::Tensor PotentialGradient(const PotentialEnergy& potential, const torch::T
   return keep_graph ? grad : grad.detach();
 }
 
-InputMatrixImpl::InputMatrixImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden)
+InputMatrixImpl::InputMatrixImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden,
+                                 DenseInit init)
     : num_keypoints_(num_keypoints), action_dim_(action_dim) {
   if (num_keypoints < 1 || action_dim < 1 || hidden < 1) {
     throw InputError(
@@ -91,7 +106,7 @@ InputMatrixImpl::InputMatrixImpl(int64_t num_keypoints, int64_t action_dim, int6
         ", A = " + std::to_string(action_dim) + ", h = " + std::to_string(hidden));
   }
   mlp_ = register_module("mlp", CeluMlp(2 * num_keypoints, std::vector<int64_t>{hidden, hidden},
-                                        2 * num_keypoints * action_dim));
+                                        2 * num_keypoints * action_dim, init));
 }
 
 torch::Tensor InputMatrixImpl::forward(const torch::Tensor& x) {

@@ -10,7 +10,8 @@
 #include "keycld/util/text.h"
 
 namespace keycld {
-SecondOrderOdeImpl::SecondOrderOdeImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden)
+SecondOrderOdeImpl::SecondOrderOdeImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden,
+                                       DenseInit init)
     : num_keypoints_(num_keypoints), action_dim_(action_dim) {
   if (num_keypoints < 1 || action_dim < 1 || hidden < 1) {
     throw InputError(
@@ -18,9 +19,9 @@ SecondOrderOdeImpl::SecondOrderOdeImpl(int64_t num_keypoints, int64_t action_dim
         ", A = " + std::to_string(action_dim) + ", h = " + std::to_string(hidden));
   }
   const int64_t width = 2 * hidden;
-  mlp_ =
-      register_module("mlp", CeluMlp(4 * num_keypoints + action_dim,
-                                     std::vector<int64_t>{width, width, width}, 2 * num_keypoints));
+  mlp_ = register_module(
+      "mlp", CeluMlp(4 * num_keypoints + action_dim, std::vector<int64_t>{width, width, width},
+                     2 * num_keypoints, init));
 }
 
 torch::Tensor SecondOrderOdeImpl::forward(const torch::Tensor& x, const torch::Tensor& xdot,

@@ -7,9 +7,9 @@ namespace keycld {
 LagrangianModelImpl::LagrangianModelImpl(const ModelSpec& spec, bool constrained)
     : KeypointModelImpl(spec) {
   const int K = spec.num_keypoints;
-  potential_ = register_module("potential", PotentialEnergy(K, spec.hidden));
-  input_matrix_ =
-      register_module("input_matrix", keycld::InputMatrix(K, spec.action_dim, spec.hidden));
+  potential_ = register_module("potential", PotentialEnergy(K, spec.hidden, spec.dense_init));
+  input_matrix_ = register_module(
+      "input_matrix", keycld::InputMatrix(K, spec.action_dim, spec.hidden, spec.dense_init));
   mass_ = register_module("mass", MassMatrix(K));
   // The energy model reads the modules through their holders (shared ownership).
   energy_ = std::make_shared<FunctionalEnergyModel>(FunctionalEnergyModel::Functions{

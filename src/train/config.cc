@@ -53,6 +53,7 @@ std::vector<Field> Fields(TrainConfig& c) {
       {"data", "seed", &c.data_seed},
       {"model", "hidden", &c.hidden},
       {"model", "sigma", &c.sigma},
+      {"model", "dense_init", &c.dense_init},
       {"model", "model", &c.model},
       {"train", "epochs", &c.epochs},
       {"train", "max_steps", &c.max_steps},
@@ -220,6 +221,9 @@ void TrainConfig::Validate() const {
          std::to_string(hidden));
   }
   if (!(sigma > 0) || !std::isfinite(sigma)) fail("sigma must be finite and > 0");
+  if (dense_init != "paper" && dense_init != "fan-in") {
+    fail("dense_init must be paper or fan-in, got '" + dense_init + "'");
+  }
   if (epochs < 1) fail("epochs must be ≥ 1, got " + std::to_string(epochs));
   if (max_steps < 0) fail("max_steps must be ≥ 0");
   // Upper bounds: the rates are float32 in LibTorch's Adam (1e300 overflowed there), and a rate

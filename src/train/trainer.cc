@@ -267,6 +267,7 @@ class Trainer {
     spec.hidden = cfg_.hidden;
     spec.image_size = info.size;
     spec.sigma = cfg_.sigma;
+    spec.dense_init = ParseDenseInit(cfg_.dense_init);
     spec.dt = info.dt;
     spec.model = cfg_.model;
     model_ = CreateModel(spec);

@@ -9,6 +9,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace keycld {
@@ -16,14 +17,26 @@ namespace keycld {
 /// Standard deviation of the initial dense weights of V and B (KeyCLD §3); biases start at 0.
 inline constexpr double kDenseInitStd = 0.01;
 
+/// How the dense weights of the dynamics networks (V, B; NODE2's g) start; biases start at 0.
+/// - kPaper: N(0, kDenseInitStd²), KeyCLD §3.
+/// - kFanIn: U(−1/√fan_in, 1/√fan_in), the default of a LibTorch / PyTorch Linear layer. With
+///   N(0, 0.01²) the three layers of a network multiply to a gain near 1e-6, and the network
+///   learns its input-output modes one after another (a deep linear network from a small
+///   start): the pendulum's B(x) ∝ (−y, x) needs two, and the second stayed unlearned for a whole
+///   cpu-quick training (docs/method.md, Departures).
+enum class DenseInit { kPaper, kFanIn };
+/// "paper" | "fan-in" → DenseInit; InputError naming both for anything else.
+DenseInit ParseDenseInit(const std::string& name);
+std::string DenseInitName(DenseInit init);
+
 /// Multilayer perceptron in → hidden[0] → … → hidden[n−1] → out with CELU (α = 1) after every
-/// hidden layer and a linear output; weights initialised N(0, weight_std²), biases 0.
+/// hidden layer and a linear output; weights initialised as `init` says, biases 0.
 /// forward: [..., in] → [..., out]. Submodules: "linear1" … "linear{n+1}".
-/// Throws InputError for non-positive widths or weight_std.
+/// Throws InputError for non-positive widths.
 class CeluMlpImpl : public torch::nn::Module {
  public:
   CeluMlpImpl(int64_t in_features, std::vector<int64_t> hidden, int64_t out_features,
-              double weight_std = kDenseInitStd);
+              DenseInit init = DenseInit::kPaper);
   torch::Tensor forward(const torch::Tensor& x);
 
   int64_t in_features() const { return in_features_; }
@@ -40,7 +53,8 @@ TORCH_MODULE(CeluMlp);
 /// mass scale). Throws InputError for K < 1, h < 1 or a state of the wrong width.
 class PotentialEnergyImpl : public torch::nn::Module {
  public:
-  PotentialEnergyImpl(int64_t num_keypoints, int64_t hidden = 32);
+  PotentialEnergyImpl(int64_t num_keypoints, int64_t hidden = 32,
+                      DenseInit init = DenseInit::kPaper);
   torch::Tensor forward(const torch::Tensor& x);
 
   int64_t num_keypoints() const { return num_keypoints_; }
@@ -64,7 +78,8 @@ torch::Tensor PotentialGradient(const PotentialEnergy& potential, const torch::T
 /// state of the wrong width.
 class InputMatrixImpl : public torch::nn::Module {
  public:
-  InputMatrixImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden = 32);
+  InputMatrixImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden = 32,
+                  DenseInit init = DenseInit::kPaper);
   torch::Tensor forward(const torch::Tensor& x);
 
   int64_t num_keypoints() const { return num_keypoints_; }

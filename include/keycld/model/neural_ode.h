@@ -13,14 +13,15 @@
 namespace keycld {
 
 /// g(x, ẋ, u): CeluMlp [x, ẋ, u] (4K + A) → 2h → 2h → 2h → 2K, CELU after each of the three
-/// hidden layers, dense weights initialised N(0, kDenseInitStd²) and biases 0 like V and B
+/// hidden layers, dense weights initialised as `init` says (DenseInit) and biases 0 like V and B
 /// (docs/method.md §3, §9). Submodule "mlp". The parameters follow the dtype they are cast to
 /// (float64 for Dormand–Prince evaluation); inputs are used in their own dtype, so cast both
 /// together.
 class SecondOrderOdeImpl : public torch::nn::Module {
  public:
   /// Throws InputError for K < 1, A < 1 or h < 1.
-  SecondOrderOdeImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden = 32);
+  SecondOrderOdeImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden = 32,
+                     DenseInit init = DenseInit::kPaper);
 
   /// ẍ [B, 2K] (normalized image coordinates / s²) from x, ẋ [B, 2K] and the action u: [B, A],
   /// [A] (shared by the batch), or an undefined / empty tensor (no action: u = 0). u is cast to

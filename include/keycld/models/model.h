@@ -25,6 +25,7 @@
 #include "keycld/dynamics/dynamics.h"
 #include "keycld/dynamics/integrators.h"
 #include "keycld/dynamics/lagrangian.h"
+#include "keycld/model/mechanics.h"
 #include "keycld/sim/env_name.h"
 
 namespace keycld {
@@ -44,6 +45,9 @@ struct ModelSpec {
   double sigma = 0.1;            // Gaussian map width
   double dt = 0.02;              // frame interval (s)
   std::string model = "keycld";  // the variant's name in the registry (models/registry.h)
+  /// How the dynamics networks' dense weights start (V, B, NODE2's g). Only construction reads
+  /// it: checkpoints hold the trained weights, so it is not stored with them.
+  DenseInit dense_init = DenseInit::kPaper;
 
   /// Throws InputError for inconsistent values (size not a multiple of 4, h not a multiple of
   /// 8 or smaller than K, an unknown variant, a constraint outside the K keypoints, ...).

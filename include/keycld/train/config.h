@@ -25,6 +25,9 @@ struct TrainConfig {
   double sigma = 0.1;            // Gaussian map width, normalized units
   std::string model = "keycld";  // `model = "keycld"`; the old key `dynamics =
                                  // "constrained" | "unconstrained"` is still read
+  /// The dynamics networks' first weights (V, B; NODE2's g): "paper", N(0, 0.01²) (KeyCLD §3),
+  /// or "fan-in", U(±1/√fan_in) (docs/method.md, Departures).
+  std::string dense_init = "paper";
   // [train]
   int epochs = 40;
   int64_t max_steps = 0;  // stop after this many steps in total (0 = no limit)
