@@ -228,7 +228,7 @@ TEST(ModelNetworks, DenseInitStatisticsAndMassInit) {
     EXPECT_EQ(wide->named_parameters().find(name + ".bias")->abs().max().item<float>(), 0.0f);
   }
   EXPECT_EQ(ParseDenseInit("fan-in"), DenseInit::kFanIn);
-  EXPECT_EQ(DenseInitName(ParseDenseInit("paper")), "paper");
+  EXPECT_EQ(ParseDenseInit("paper"), DenseInit::kPaper);
   EXPECT_THROW(ParseDenseInit("kaiming"), InputError);
 
   MassMatrix mass(3);

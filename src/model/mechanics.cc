@@ -31,8 +31,6 @@ DenseInit ParseDenseInit(const std::string& name) {
                    name + "'");
 }
 
-std::string DenseInitName(DenseInit init) { return init == DenseInit::kFanIn ? "fan-in" : "paper"; }
-
 CeluMlpImpl::CeluMlpImpl(int64_t in_features, std::vector<int64_t> hidden, int64_t out_features,
                          DenseInit init)
     : in_features_(in_features), out_features_(out_features) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "keycld/data/generate.h"
+#include "keycld/model/mechanics.h"
 #include "keycld/util/error.h"
 
 namespace keycld {
@@ -221,9 +222,7 @@ void TrainConfig::Validate() const {
          std::to_string(hidden));
   }
   if (!(sigma > 0) || !std::isfinite(sigma)) fail("sigma must be finite and > 0");
-  if (dense_init != "paper" && dense_init != "fan-in") {
-    fail("dense_init must be paper or fan-in, got '" + dense_init + "'");
-  }
+  ParseDenseInit(dense_init);  // InputError naming both choices
   if (epochs < 1) fail("epochs must be ≥ 1, got " + std::to_string(epochs));
   if (max_steps < 0) fail("max_steps must be ≥ 0");
   // Upper bounds: the rates are float32 in LibTorch's Adam (1e300 overflowed there), and a rate

@@ -22,12 +22,11 @@ inline constexpr double kDenseInitStd = 0.01;
 /// - kFanIn: U(−1/√fan_in, 1/√fan_in), the default of a LibTorch / PyTorch Linear layer. With
 ///   N(0, 0.01²) the three layers of a network multiply to a gain near 1e-6, and the network
 ///   learns its input-output modes one after another (a deep linear network from a small
-///   start): the pendulum's B(x) ∝ (−y, x) needs two, and the second stayed unlearned for a whole
+///   start): the pendulum's B(x) ∝ (y, −x) needs two, and the second stayed unlearned for a whole
 ///   cpu-quick training (docs/method.md, Departures).
 enum class DenseInit { kPaper, kFanIn };
 /// "paper" | "fan-in" → DenseInit; InputError naming both for anything else.
 DenseInit ParseDenseInit(const std::string& name);
-std::string DenseInitName(DenseInit init);
 
 /// Multilayer perceptron in → hidden[0] → … → hidden[n−1] → out with CELU (α = 1) after every
 /// hidden layer and a linear output; weights initialised as `init` says, biases 0.
