@@ -9,11 +9,25 @@ namespace keycld::cli {
 
 namespace {
 struct EvaluateArgs {
+  StartEstimate start_estimate;
   std::string run_dir, data, out, solver = "dopri5", device, checkpoint;
   int threads = 0, energy_frames = 500;
   bool no_plots = false, all_checkpoints = false;
 };
 }  // namespace
+
+void AddStartEstimateOptions(CLI::App* cmd, StartEstimate* s) {
+  cmd->add_flag("--tta", s->dihedral_average,
+                "Test-time augmentation: the start keypoints are the mean over the 8 dihedral "
+                "transforms of each of the first three frames (docs/evaluation.md)");
+  cmd->add_option("--refine-start", s->refine_steps,
+                  "Refine the start state by render and compare: Adam steps on the first three "
+                  "frames (0 = the paper's start; docs/evaluation.md)")
+      ->capture_default_str();
+  cmd->add_option("--refine-lr", s->refine_lr,
+                  "Learning rate of the start refinement (normalized image units)")
+      ->capture_default_str();
+}
 
 Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global) {
   auto a = std::make_shared<EvaluateArgs>();
@@ -34,6 +48,7 @@ Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
       ->capture_default_str();
   cmd->add_option("--threads", a->threads, "LibTorch threads (0 = all cores)")
       ->capture_default_str();
+  AddStartEstimateOptions(cmd, &a->start_estimate);
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N (default: the run's)");
   cmd->add_flag("--no-plots", a->no_plots, "Skip the PNG figures");
   cmd->add_flag("--all-checkpoints", a->all_checkpoints,
@@ -50,6 +65,7 @@ Runner AddEvaluateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> gl
     o.energy_frames = a->energy_frames;
     o.threads = a->threads;
     o.device = a->device;
+    o.start_estimate = a->start_estimate;
     o.plots = !a->no_plots;
     if (a->all_checkpoints) {
       std::vector<CheckpointRow> rows = EvaluateCheckpoints(o);

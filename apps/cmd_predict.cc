@@ -10,6 +10,7 @@ namespace keycld::cli {
 
 namespace {
 struct PredictArgs {
+  StartEstimate start_estimate;
   std::string run_dir, data, out, checkpoint, device = "cpu";
   int run = 0, frames = 500, scale = 4, threads = 0;
 };
@@ -34,6 +35,7 @@ Runner AddPredictCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
       ->capture_default_str();
   cmd->add_option("--checkpoint", a->checkpoint,
                   "Checkpoint file (default RUN_DIR/checkpoints/last.pt)");
+  AddStartEstimateOptions(cmd, &a->start_estimate);
   cmd->add_option("--device", a->device, "cpu | cuda | cuda:N")->capture_default_str();
   return [a, global] {
     PredictOptions o;
@@ -46,6 +48,7 @@ Runner AddPredictCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
     o.threads = a->threads;
     o.checkpoint = a->checkpoint;
     o.device = a->device;
+    o.start_estimate = a->start_estimate;
     o.gl = ParseGlBackend(global->gl);
     PredictionOutput r = WritePrediction(o);
     if (r.limited_to_recording) {

@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+namespace keycld {
+struct StartEstimate;
+}  // namespace keycld
+
 namespace keycld::cli {
 
 /// Options every subcommand may read (set before the runner is called).
@@ -53,6 +57,10 @@ inline CLI::Validator FiniteRange(double lo, double hi, bool lo_open = false) {
       },
       "NUMBER " + bounds);
 }
+
+/// --tta, --refine-start and --refine-lr of evaluate and predict, written into `s` (which must
+/// outlive the parse): the start estimate of train/vpt.h (docs/evaluation.md, "Start estimate").
+void AddStartEstimateOptions(CLI::App* cmd, StartEstimate* s);
 
 Runner AddInfoCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);
 Runner AddGenerateCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global);

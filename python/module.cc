@@ -389,7 +389,8 @@ class PyRun {
 
   // Runs without the GIL (the autograd engine refuses to run under it).
   Prediction Predict(const torch::Tensor& first_frames, const torch::Tensor& action, int frames,
-                     const std::optional<std::vector<uint8_t>>& truth_frames, double epsilon) {
+                     const std::optional<std::vector<uint8_t>>& truth_frames, double epsilon,
+                     const StartEstimate& start_estimate) {
     Model& model = run_.model;
     const int S = model->spec().image_size, A = model->spec().action_dim;
     if (frames < 3) throw InputError("frames must be ≥ 3, got " + std::to_string(frames));
@@ -413,7 +414,8 @@ class PyRun {
       torch::NoGradGuard no_grad;
       return PredictKeypoints(
           model, first_frames.slice(0, 0, PredictionInputFrames(model)).unsqueeze(0).contiguous(),
-          action.to(torch::kFloat32).reshape({1, A}), frames, IntegratorMethod::kDopri5, io);
+          action.to(torch::kFloat32).reshape({1, A}), frames, IntegratorMethod::kDopri5, io,
+          start_estimate);
     }();
     SetDynamicsDtype(dtype);  // PredictKeypoints' float64 guard restores float32
     Prediction out;
@@ -442,7 +444,8 @@ class PyRun {
     return out;
   }
 
-  Prediction PredictRun(int run, int frames, const std::string& gl) {
+  Prediction PredictRun(int run, int frames, const std::string& gl,
+                        const StartEstimate& start_estimate) {
     const Dataset& data = *run_.data;
     const std::vector<int64_t> validation = data.ValidationRuns();
     if (run < 0 || run >= int(validation.size())) {
@@ -466,7 +469,7 @@ class PyRun {
         torch::from_blob(truth.data(), {3, info.size, info.size, 3}, torch::kUInt8).clone();
     torch::Tensor action =
         torch::tensor(std::vector<double>(a.begin(), a.begin() + info.nu), torch::kFloat64);
-    Prediction out = Predict(first, action, frames, truth, info.vpt_epsilon);
+    Prediction out = Predict(first, action, frames, truth, info.vpt_epsilon, start_estimate);
     out.dataset_run = dataset_run;
     return out;
   }
@@ -741,13 +744,19 @@ PYBIND11_MODULE(_keycld, m) {
           [](PyRun& r, const torch::Tensor& x) { return r.model()->InputMatrix(r.State(x, "x")); },
           kNoGil)
       .def("predict_run",
-           [](PyRun& r, int run, int frames, const std::string& gl) {
-             return PredictionDict(Interruptible([&] { return r.PredictRun(run, frames, gl); }));
+           [](PyRun& r, int run, int frames, const std::string& gl, bool tta, int64_t refine_steps,
+              double refine_lr) {
+             const StartEstimate start_estimate{tta, refine_steps, refine_lr};
+             return PredictionDict(
+                 Interruptible([&] { return r.PredictRun(run, frames, gl, start_estimate); }));
            })
       .def("predict_images",
-           [](PyRun& r, const torch::Tensor& images, const torch::Tensor& action, int frames) {
-             return PredictionDict(Interruptible(
-                 [&] { return r.Predict(images, action, frames, std::nullopt, 0.0); }));
+           [](PyRun& r, const torch::Tensor& images, const torch::Tensor& action, int frames,
+              bool tta, int64_t refine_steps, double refine_lr) {
+             const StartEstimate start_estimate{tta, refine_steps, refine_lr};
+             return PredictionDict(Interruptible([&] {
+               return r.Predict(images, action, frames, std::nullopt, 0.0, start_estimate);
+             }));
            })
       .def("control_action",
            [](PyRun& r, const torch::Tensor& x, const torch::Tensor& xdot,

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "keycld/model/dihedral.h"
+#include "keycld/models/registry.h"
 #include "keycld/train/config.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/error.h"
+#include "tiny_fixtures.h"
 
 namespace keycld {
 namespace {
@@ -106,6 +109,92 @@ TEST(LearningRateSchedule, CosineDecaysFromOneToTheFinalScale) {
   c.lr_schedule = "cosine";
   c.lr_final_scale = 1.5;
   EXPECT_THROW(c.Validate(), InputError);
+}
+
+// Render and compare (train/vpt.h, StartEstimate): frames rendered by the model itself from a
+// rollout of its own dynamics are matched by the true start state, so refining a perturbed
+// start must move it back towards the truth and lower the objective.
+TEST(StartEstimate, RecoversTheStartStateOfTheModelsOwnRenders) {
+  torch::manual_seed(0);
+  Model model = CreateModel(testing::TinyModelSpec(EnvName::kPendulum));
+  model->eval();
+  const double dt = model->spec().dt;
+  torch::NoGradGuard no_grad;
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  torch::Tensor x0 = torch::tensor({{0.15, -0.25}}, f64), v0 = torch::tensor({{1.5, 0.6}}, f64);
+  torch::Tensor u = torch::zeros({1, 1}, f64);
+  PhaseState truth;
+  torch::Tensor frames;
+  {
+    DoublePrecisionDynamics fp64(model);
+    v0 = model->ProjectVelocity(x0, v0);
+    IntegratorOptions io;
+    io.substeps = 50;
+    Trajectory traj = model->Rollout(x0, v0, u, {0.0, dt, 2 * dt}, IntegratorMethod::kRk4, io);
+    truth = {traj.x.select(1, 1), traj.xdot.select(1, 1)};
+    frames = traj.x;
+  }
+  frames = model->Render(frames.reshape({3, 1, 2}).to(torch::kFloat32)).unsqueeze(0);
+  // About half a pixel off in position (16-px images: 8 px per unit) and 0.3 units/s in speed.
+  PhaseState perturbed{truth.x + torch::tensor({{0.05, -0.04}}, f64),
+                       truth.xdot + torch::tensor({{-0.3, 0.2}}, f64)};
+  StartEstimate start_estimate;
+  start_estimate.refine_steps = 300;
+  start_estimate.refine_lr = 2e-3;
+  double before = 0, after = 0;
+  torch::Tensor x0_refined;
+  PhaseState r = RefineStartState(model, frames, perturbed, u.to(torch::kFloat32), start_estimate,
+                                  &x0_refined, &before, &after);
+  EXPECT_LT(after, 0.05 * before);
+  const double e_before = (perturbed.x - truth.x).norm().item<double>();
+  const double e_after = (r.x - truth.x).norm().item<double>();
+  EXPECT_LT(e_after, 0.2 * e_before) << "x1 error " << e_before << " -> " << e_after;
+  EXPECT_LT((r.xdot - truth.xdot).norm().item<double>(),
+            0.5 * (perturbed.xdot - truth.xdot).norm().item<double>());
+  EXPECT_LT((x0_refined.to(torch::kFloat64) - x0).norm().item<double>(), 0.2 * e_before);
+  EXPECT_EQ(r.x.scalar_type(), torch::kFloat64);
+
+  // Zero steps leave the start as it was (the paper's protocol); bad options are refused.
+  start_estimate.refine_steps = 0;
+  PhaseState same =
+      RefineStartState(model, frames, perturbed, u.to(torch::kFloat32), start_estimate);
+  EXPECT_TRUE(torch::allclose(same.x, perturbed.x, 0, 1e-6));
+  start_estimate.refine_steps = -1;
+  EXPECT_THROW(RefineStartState(model, frames, perturbed, u.to(torch::kFloat32), start_estimate),
+               InputError);
+  start_estimate.refine_steps = 10;
+  start_estimate.refine_lr = 0;
+  EXPECT_THROW(RefineStartState(model, frames, perturbed, u.to(torch::kFloat32), start_estimate),
+               InputError);
+  start_estimate.refine_lr = 1e-3;
+  EXPECT_THROW(RefineStartState(model, frames.slice(1, 0, 2), perturbed, u.to(torch::kFloat32),
+                                start_estimate),
+               InputError);
+}
+
+// The dihedral average (StartEstimate::dihedral_average) is an average over the group, so it is
+// exactly equivariant for any estimator, trained or not: the average of a transformed frame is
+// the transformed average. A single estimate of an untrained network is not.
+TEST(StartEstimate, TheDihedralAverageIsEquivariant) {
+  torch::manual_seed(2);
+  Model model = CreateModel(testing::TinyModelSpec(EnvName::kPendulum));
+  model->eval();
+  torch::NoGradGuard no_grad;
+  torch::Tensor frames = torch::rand({2, 3, 3, 16, 16});  // [R, F, 3, H, W]
+  torch::Tensor mean = EstimateKeypoints(model, frames, true).reshape({2, 3, 1, 2});
+  torch::Tensor plain = EstimateKeypoints(model, frames, false).reshape({2, 3, 1, 2});
+  double plain_gap = 0;
+  for (int t = 1; t < 8; ++t) {
+    torch::Tensor moved = DihedralTransform(frames, t);
+    torch::Tensor expected = DihedralTransformKeypoints(mean, t);
+    torch::Tensor got = EstimateKeypoints(model, moved, true).reshape({2, 3, 1, 2});
+    EXPECT_TRUE(torch::allclose(got, expected, 0, 1e-5)) << "transform " << t;
+    torch::Tensor plain_moved = EstimateKeypoints(model, moved, false).reshape({2, 3, 1, 2});
+    plain_gap = std::max(
+        plain_gap, (plain_moved - DihedralTransformKeypoints(plain, t)).abs().max().item<double>());
+  }
+  EXPECT_GT(plain_gap, 1e-3);  // the check above could fail
+  EXPECT_THROW(EstimateKeypoints(model, frames.select(1, 0), true), InputError);
 }
 
 }  // namespace

@@ -81,6 +81,12 @@ TEST(BadInput, EvaluateBoundsTheEnergyRollout) {
   testing::TempDir dir;
   ExpectRefused("evaluate " + dir.path().string() + " --energy-frames 2000000000", 1,
                 "--energy-frames must be in [3, 100000], got 2000000000");
+  ExpectRefused("evaluate " + dir.path().string() + " --refine-start -3", 1,
+                "start refinement: steps must be in [0, 100000], got -3");
+  ExpectRefused("evaluate " + dir.path().string() + " --refine-start 10 --refine-lr nan", 1,
+                "start refinement: the learning rate must be a positive number");
+  ExpectRefused("predict " + dir.path().string() + " --refine-start 10 --refine-lr -1", 1,
+                "start refinement: the learning rate must be a positive number");
 }
 
 // Copies the tiny data set and overwrites one attribute.

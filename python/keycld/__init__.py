@@ -427,7 +427,8 @@ class Run:
         B(x)·u)."""
         return self._run.input_matrix(_numbers(x, "x"))
 
-    def predict(self, run=None, images=None, frames=50, action=None, gl="auto"):
+    def predict(self, run=None, images=None, frames=50, action=None, gl="auto", tta=False,
+                refine_start=0, refine_lr=5e-4):
         """Long-term video prediction (docs/method.md §8) from three frames: keypoints of frames
         0, 1, 2, the start state at frame 1, Dormand–Prince (the run's tolerances) with the
         constant action, rendered by the model's renderer; as ``keycld predict``.
@@ -437,18 +438,30 @@ class Run:
         with action [A] (default 0). Returns {"keypoints" [F, K, 2], "images" [F, 3, S, S]} and,
         for a run, "truth" uint8 [F, S, S, 3], "mse" float64 [F], "vpt" (first frame whose MSE
         exceeds ε, F − 1 if none), "epsilon", "dataset_run". Not differentiable (no graph).
+        The start estimate (docs/evaluation.md, "Start estimate"; defaults: the paper's): tta
+        averages each frame's keypoints over the 8 dihedral transforms (``--tta``);
+        refine_start > 0 refines the start state by that many render-and-compare Adam steps on
+        the three frames (learning rate refine_lr, normalized image units; ``--refine-start``).
         """
+        if not isinstance(tta, bool):
+            raise InputError(f"tta must be True or False, got {tta!r}")
+        if isinstance(refine_start, bool) or not isinstance(refine_start, int):
+            raise InputError(f"refine_start must be an int, got {refine_start!r}")
+        if not isinstance(refine_lr, (int, float)) or not math.isfinite(refine_lr):
+            raise InputError(f"refine_lr must be a finite number, got {refine_lr!r}")
         if (run is None) == (images is None):
             raise InputError("predict needs exactly one of run (a validation run index) or images")
         if run is not None and action is not None:
             raise InputError("predict(run=...) uses the run's own action; action goes with images")
         if run is not None:
-            return self._run.predict_run(int(run), int(frames), gl)
+            return self._run.predict_run(int(run), int(frames), gl, tta, refine_start,
+                                         float(refine_lr))
         images = _tensor(images, "images")
         a = self.spec["action_dim"]
         action = torch.zeros(a, dtype=torch.float64) if action is None else _tensor(
             action, "action", torch.float64).flatten()
-        return self._run.predict_images(images, action, int(frames))
+        return self._run.predict_images(images, action, int(frames), tta, refine_start,
+                                        float(refine_lr))
 
     def control_action(self, x, xdot, target, kp=25.0, kd=10.0, gain_scale="mass",
                        tangent_projection=True, u_max=0.0):

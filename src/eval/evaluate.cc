@@ -81,6 +81,7 @@ void CheckEvaluateOptions(const EvaluateOptions& options) {
                      std::to_string(options.energy_frames));
   }
   if (options.threads < 0) throw InputError("threads must be ≥ 0 (0 = all cores)");
+  CheckStartEstimate(options.start_estimate);
 }
 
 TrainedRun OpenForEvaluation(const EvaluateOptions& options) {
@@ -102,8 +103,10 @@ TrainedRun OpenForEvaluation(const EvaluateOptions& options) {
 }
 
 VptResult ScoreValidationRuns(TrainedRun& run, const torch::Tensor& images,
-                              const torch::Tensor& actions, IntegratorMethod method) {
+                              const torch::Tensor& actions, IntegratorMethod method,
+                              const StartEstimate& start_estimate) {
   VptOptions vo;
+  vo.start_estimate = start_estimate;
   vo.epsilon = run.data->info().vpt_epsilon;
   vo.rtol = run.config.rtol;
   vo.atol = run.config.atol;
@@ -515,6 +518,9 @@ void WriteEvaluationJson(const EvaluationReport& report, const TrainedRun& run,
   j["atol"] = run.config.atol;
   j["epsilon"] = report.epsilon;
   j["validation_runs"] = report.validation_runs;
+  j["start_estimate"] = {{"dihedral_average", options.start_estimate.dihedral_average},
+                         {"refine_steps", options.start_estimate.refine_steps},
+                         {"refine_lr", options.start_estimate.refine_lr}};
   j["vpt"] = {{"mean", report.vpt.mean},
               {"std", report.vpt.std},
               {"median", report.vpt.median},
@@ -537,6 +543,18 @@ void WriteEvaluationJson(const EvaluationReport& report, const TrainedRun& run,
   j["seconds"] = report.seconds;
   j["keycld_version"] = KEYCLD_VERSION;
   WriteTextAtomically(out / "evaluation.json", j.dump(2) + "\n");
+}
+
+// How the prediction's start was estimated, for evaluation.md.
+std::string DescribeStartEstimate(const StartEstimate& s) {
+  if (s.IsPaper()) return "estimates of frames 0-2, central velocity (the paper's)";
+  std::string text = s.dihedral_average ? "mean over the 8 dihedral transforms" : "one estimate";
+  text += " per frame";
+  if (s.refine_steps > 0) {
+    text += ", refined by render and compare (" + std::to_string(s.refine_steps) +
+            " Adam steps, lr " + Sci(s.refine_lr) + ")";
+  }
+  return text;
 }
 
 // Where the constraint residuals were measured.
@@ -571,6 +589,7 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
              ? " (rtol " + Sci(run.config.rtol) + ", atol " + Sci(run.config.atol) + ")"
              : std::string(" (one step per frame)"))
      << " |\n"
+     << "| start state | " << DescribeStartEstimate(options.start_estimate) << " |\n"
      << "| VPT threshold ε | " << Sci(report.epsilon) << " |\n"
      << "| **VPT (frames)** | **" << Fixed(report.vpt.mean, 2) << " ± " << Fixed(report.vpt.std, 2)
      << "**, median " << Fixed(report.vpt.median, 1) << " |\n"
@@ -622,7 +641,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
 
   torch::Tensor images, actions;
   LoadRuns(*run.data, report.validation_runs, &images, &actions);
-  report.vpt = ScoreValidationRuns(run, images, actions, options.method);
+  report.vpt = ScoreValidationRuns(run, images, actions, options.method, options.start_estimate);
   report.mse_mean = ToVector(report.vpt.mse.mean(0));
   report.mse_median = ToVector(std::get<0>(report.vpt.mse.median(0)));
   report.rollouts = DiagnoseRollouts(run.model, images, report.vpt, report.epsilon);
@@ -744,7 +763,7 @@ std::vector<CheckpointRow> EvaluateCheckpoints(const EvaluateOptions& options) {
     row.checkpoint = file;
     row.epoch = run.position.epoch;
     row.step = run.position.step;
-    row.vpt = ScoreValidationRuns(run, images, actions, options.method);
+    row.vpt = ScoreValidationRuns(run, images, actions, options.method, options.start_estimate);
     row.rollouts = DiagnoseRollouts(run.model, images, row.vpt, run.data->info().vpt_epsilon);
     EvaluationReport scratch;
     FillRunFacts(run, options, &scratch);

@@ -118,6 +118,7 @@ TrainedRun OpenForPrediction(const PredictOptions& o) {
     throw InputError("--scale must be in [1, 16], got " + std::to_string(o.scale));
   }
   if (o.run < 0) throw InputError("--run must be ≥ 0, got " + std::to_string(o.run));
+  CheckStartEstimate(o.start_estimate);
   if (o.threads < 0 || o.threads > 1024) {
     throw InputError("--threads must be in [0, 1024] (0 = every core), got " +
                      std::to_string(o.threads));
@@ -175,7 +176,8 @@ std::vector<uint8_t> GroundTruthFrames(const Dataset& data, GlBackend gl, Predic
 // The keypoint prediction from the first three frames (§8; HGN: its first five): Dormand–Prince at
 // the run config's tolerances. Returns float [F, K, 2] on the CPU.
 torch::Tensor PredictFromFirstFrames(Model& model, const TrainedRun& run,
-                                     std::vector<uint8_t>& truth, PredictionOutput* r) {
+                                     std::vector<uint8_t>& truth,
+                                     const StartEstimate& start_estimate, PredictionOutput* r) {
   const DatasetInfo& info = run.data->info();
   const int S = info.size;
   const std::vector<double> action = run.data->ReadAction(r->dataset_run);
@@ -194,8 +196,8 @@ torch::Tensor PredictFromFirstFrames(Model& model, const TrainedRun& run,
   io.rtol = run.config.rtol;
   io.atol = run.config.atol;
   io.max_steps = std::max<int64_t>(io.max_steps, int64_t(r->frames) * 2000);
-  KeypointPrediction prediction =
-      PredictKeypoints(model, first3, actions, r->frames, IntegratorMethod::kDopri5, io);
+  KeypointPrediction prediction = PredictKeypoints(model, first3, actions, r->frames,
+                                                   IntegratorMethod::kDopri5, io, start_estimate);
   r->accepted_steps = prediction.accepted_steps;
   r->rejected_steps = prediction.rejected_steps;
   return prediction.keypoints[0].to(torch::kCPU).contiguous();
@@ -359,7 +361,8 @@ PredictionOutput WritePrediction(const PredictOptions& o) {
   r.epsilon = info.vpt_epsilon;
   std::vector<uint8_t> truth = GroundTruthFrames(*run.data, o.gl, &r);
   CheckInterrupt();
-  const torch::Tensor predicted = PredictFromFirstFrames(run.model, run, truth, &r);
+  const torch::Tensor predicted =
+      PredictFromFirstFrames(run.model, run, truth, o.start_estimate, &r);
   CheckInterrupt();
 
   ProgressBar bar("predict", 2 * int64_t(r.frames), "frames", o.progress && ::isatty(2));

@@ -352,3 +352,26 @@ def test_arguments_that_would_be_ignored_or_injected_are_refused(run, tiny, tmp_
     afile.write_text("x")
     with pytest.raises(keycld.IoError, match="not a folder"):
         keycld.evaluate(tiny["run"], out=afile)
+
+
+def test_start_refinement_fits_the_first_frames(run, tiny):
+    _, images, _ = validation_frames(tiny, 0)
+    plain = run.predict(run=0, frames=10)
+    refined = run.predict(run=0, frames=10, refine_start=50)
+    averaged = run.predict(run=0, frames=10, tta=True)
+    assert averaged["keypoints"].shape == plain["keypoints"].shape
+    assert not torch.equal(averaged["keypoints"], plain["keypoints"])
+    # Render and compare lowers the error of the three frames it fits (docs/evaluation.md).
+    assert refined["mse"][:3].sum() < plain["mse"][:3].sum()
+    # From the images: the same refined start, hence the same prediction.
+    with h5py.File(tiny["data"], "r") as f:
+        action = f["action"][refined["dataset_run"], 0]
+    q = run.predict(images=images[:3], action=action, frames=10, refine_start=50)
+    assert torch.allclose(q["keypoints"], refined["keypoints"], atol=1e-5)
+    with pytest.raises(keycld.InputError):
+        run.predict(run=0, frames=10, tta=1)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(keycld.InputError):
+            run.predict(run=0, frames=10, refine_start=bad)
+    with pytest.raises(keycld.InputError):
+        run.predict(run=0, frames=10, refine_start=5, refine_lr=0.0)

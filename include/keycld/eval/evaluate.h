@@ -21,10 +21,11 @@ struct EvaluateOptions {
   std::filesystem::path data;        // empty = the data set named by the run's config
   std::filesystem::path out_dir;     // empty = run_dir/report
   IntegratorMethod method = IntegratorMethod::kDopri5;  // §8: Dormand–Prince
-  int energy_frames = 500;  // length of the unactuated rollout for the energy plot
-  int threads = 0;          // LibTorch intra-op threads (0 = all cores)
-  std::string device;       // empty = the run's config; cpu | cuda | cuda:N
-  bool plots = true;        // write the PNG figures
+  int energy_frames = 500;       // length of the unactuated rollout for the energy plot
+  int threads = 0;               // LibTorch intra-op threads (0 = all cores)
+  std::string device;            // empty = the run's config; cpu | cuda | cuda:N
+  bool plots = true;             // write the PNG figures
+  StartEstimate start_estimate;  // render-and-compare start refinement (train/vpt.h); 0 steps = off
 };
 
 /// What `keycld evaluate` measured. Written as evaluation.json and evaluation.md.

@@ -9,6 +9,7 @@
 
 #include "keycld/data/dataset.h"
 #include "keycld/sim/gl_context.h"
+#include "keycld/train/vpt.h"
 
 namespace keycld {
 
@@ -24,6 +25,7 @@ struct PredictOptions {
   std::string device = "cpu";        // cpu | cuda | cuda:N
   GlBackend gl = GlBackend::kAuto;   // for re-simulating frames beyond the stored ones
   bool progress = true;              // progress bar on a terminal (stderr)
+  StartEstimate start_estimate;      // render-and-compare start refinement (train/vpt.h)
 };
 
 struct PredictionOutput {

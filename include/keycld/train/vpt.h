@@ -9,12 +9,34 @@
 
 namespace keycld {
 
+/// How a prediction's start state is read from the first three frames (docs/evaluation.md,
+/// "Start estimate"). The default is the paper's protocol (method.md §8): one estimate per frame,
+/// x₁ and the central velocity. Two keycld additions, both from the same three frames only:
+/// - dihedral_average (test-time augmentation): each frame's keypoints are the mean of the
+///   estimates of its 8 dihedral transforms (the training augmentation of §6, each estimate
+///   mapped back by the inverse transform).
+/// - refine_steps > 0 (render and compare): from that start, refine_steps Adam steps (learning
+///   rate refine_lr in normalized image units, decaying linearly to 0) minimise
+///   Σ_{t=0,1,2} MSE(Render(x_t), frame t) over x₁ and ẋ₁, with x₀,₂ = x₁ ∓ ẋ₁Δt + ½ẍΔt² (ẍ: the
+///   model's acceleration at the start estimate, held fixed).
+struct StartEstimate {
+  bool dihedral_average = false;
+  int64_t refine_steps = 0;
+  double refine_lr = 5e-4;
+  /// Whether this is the paper's protocol (no addition).
+  bool IsPaper() const { return !dihedral_average && refine_steps == 0; }
+};
+
+/// InputError unless refine_steps ∈ [0, 100000] and refine_lr is a positive finite number.
+void CheckStartEstimate(const StartEstimate& start_estimate);
+
 struct VptOptions {
   double epsilon = 0;                   // threshold: per-pixel MSE (data set attribute vpt_epsilon)
   double rtol = 1.4e-8, atol = 1.4e-8;  // Dormand–Prince tolerances
   IntegratorMethod method = IntegratorMethod::kDopri5;  // RK4 / Euler: one step per frame
   int64_t max_steps = 200000;                           // Dormand–Prince step budget per call
   int64_t render_chunk = 128;                           // frames rendered at once (memory bound)
+  StartEstimate start_estimate;                         // default: the paper's start
 };
 
 struct VptResult {
@@ -39,9 +61,27 @@ struct KeypointPrediction {
   torch::Tensor keypoints;  // [R, F, K, 2]
   int64_t accepted_steps = 0, rejected_steps = 0;
 };
+/// `start_estimate` other than the paper's (StartEstimate) is only for models whose states are
+/// image keypoints (InputError otherwise); frame 0 of the result is then its x₀.
 KeypointPrediction PredictKeypoints(Model& model, const torch::Tensor& first3,
                                     const torch::Tensor& actions, int64_t frames,
-                                    IntegratorMethod method, const IntegratorOptions& options);
+                                    IntegratorMethod method, const IntegratorOptions& options,
+                                    const StartEstimate& start_estimate = {});
+
+/// The refinement of StartEstimate: frames float [R, 3, 3, H, W] in [0, 1] (the first three
+/// frames), start (x₁, ẋ₁) [R, 2K] (any float type), actions [R, A] → the refined float64
+/// (x₁, ẋ₁) [R, 2K], ẋ₁ projected onto the constraint tangent space, and the refined x₀ [R, 2K]
+/// in `x0`. Also reports the objective before and after (mean over runs) in `loss_before`,
+/// `loss_after` when given. InputError for bad shapes, steps < 0 or lr ≤ 0.
+PhaseState RefineStartState(Model& model, const torch::Tensor& frames, const PhaseState& start,
+                            const torch::Tensor& actions, const StartEstimate& start_estimate,
+                            torch::Tensor* x0 = nullptr, double* loss_before = nullptr,
+                            double* loss_after = nullptr);
+
+/// Keypoints of frames float [R, F, 3, H, W] in [0, 1] → [R, F, 2K] (the model's precision),
+/// one estimate per frame or, with `dihedral_average`, the mean over the 8 dihedral transforms
+/// (StartEstimate). InputError for bad shapes.
+torch::Tensor EstimateKeypoints(Model& model, const torch::Tensor& frames, bool dihedral_average);
 
 /// How many leading frames of a run PredictKeypoints reads: 3, or an OwnPrediction's count
 /// (HGN: 5).
