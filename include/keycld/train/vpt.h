@@ -68,11 +68,13 @@ KeypointPrediction PredictKeypoints(Model& model, const torch::Tensor& first3,
                                     IntegratorMethod method, const IntegratorOptions& options,
                                     const StartEstimate& start_estimate = {});
 
-/// The refinement of StartEstimate: frames float [R, 3, 3, H, W] in [0, 1] (the first three
+/// The render-and-compare refinement of StartEstimate (its refine_steps and refine_lr; the
+/// dihedral average is the caller's): frames float [R, 3, 3, H, W] in [0, 1] (the first three
 /// frames), start (x₁, ẋ₁) [R, 2K] (any float type), actions [R, A] → the refined float64
 /// (x₁, ẋ₁) [R, 2K], ẋ₁ projected onto the constraint tangent space, and the refined x₀ [R, 2K]
-/// in `x0`. Also reports the objective before and after (mean over runs) in `loss_before`,
-/// `loss_after` when given. InputError for bad shapes, steps < 0 or lr ≤ 0.
+/// in `x0`. Also reports the objective (per-pixel MSE summed over the three frames, mean over
+/// runs) before and after in `loss_before`, `loss_after` when given. InputError for bad shapes
+/// or options (CheckStartEstimate), NumericalError for a non-finite result.
 PhaseState RefineStartState(Model& model, const torch::Tensor& frames, const PhaseState& start,
                             const torch::Tensor& actions, const StartEstimate& start_estimate,
                             torch::Tensor* x0 = nullptr, double* loss_before = nullptr,
