@@ -176,6 +176,10 @@ PhaseState RefineStartState(Model& model, const torch::Tensor& frames, const Pha
     torch::Tensor rendered = model->Render(xs.reshape({R * 3, -1, 2}));
     return (rendered - target).square().mean({1, 2, 3}).reshape({R, 3}).sum(1);  // [R]
   };
+  if (loss_before) {
+    torch::NoGradGuard no_grad;
+    *loss_before = objective(x1, d).mean().item<double>();
+  }
   torch::AutoGradMode grad_mode(true);
   x1.requires_grad_(true);
   d.requires_grad_(true);
@@ -186,7 +190,6 @@ PhaseState RefineStartState(Model& model, const torch::Tensor& frames, const Pha
                              (1.0 - double(k) / double(start_estimate.refine_steps)));
     }
     torch::Tensor loss = objective(x1, d);
-    if (k == 0 && loss_before) *loss_before = loss.mean().item<double>();
     // The gradient of the start state only: the model's parameters get none.
     std::vector<torch::Tensor> g = torch::autograd::grad({loss.sum()}, {x1, d});
     x1.mutable_grad() = g[0];
@@ -196,11 +199,7 @@ PhaseState RefineStartState(Model& model, const torch::Tensor& frames, const Pha
   torch::NoGradGuard no_grad;
   x1 = x1.detach();
   d = d.detach();
-  if (loss_after || (loss_before && start_estimate.refine_steps == 0)) {
-    const double l = objective(x1, d).mean().item<double>();
-    if (loss_after) *loss_after = l;
-    if (loss_before && start_estimate.refine_steps == 0) *loss_before = l;
-  }
+  if (loss_after) *loss_after = objective(x1, d).mean().item<double>();
   if (!torch::isfinite(x1).all().item<bool>() || !torch::isfinite(d).all().item<bool>()) {
     throw NumericalError("start refinement diverged (non-finite start state)");
   }

@@ -25,7 +25,7 @@ struct EvaluateOptions {
   int threads = 0;               // LibTorch intra-op threads (0 = all cores)
   std::string device;            // empty = the run's config; cpu | cuda | cuda:N
   bool plots = true;             // write the PNG figures
-  StartEstimate start_estimate;  // render-and-compare start refinement (train/vpt.h); 0 steps = off
+  StartEstimate start_estimate;  // how the start is read (train/vpt.h); default the paper's
 };
 
 /// What `keycld evaluate` measured. Written as evaluation.json and evaluation.md.

@@ -25,7 +25,7 @@ struct PredictOptions {
   std::string device = "cpu";        // cpu | cuda | cuda:N
   GlBackend gl = GlBackend::kAuto;   // for re-simulating frames beyond the stored ones
   bool progress = true;              // progress bar on a terminal (stderr)
-  StartEstimate start_estimate;      // render-and-compare start refinement (train/vpt.h)
+  StartEstimate start_estimate;      // how the start is read (train/vpt.h); default the paper's
 };
 
 struct PredictionOutput {
