@@ -2,6 +2,7 @@
 the gradients of rollout, encode and the energy against finite differences."""
 
 import csv
+import json
 import math
 import signal
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 import keycld
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -375,3 +376,31 @@ def test_start_refinement_fits_the_first_frames(run, tiny):
             run.predict(run=0, frames=10, refine_start=bad)
     with pytest.raises(keycld.InputError):
         run.predict(run=0, frames=10, refine_start=5, refine_lr=0.0)
+
+
+def test_pendulum_angle_error_lists_the_start_errors_of_every_validation_run(tiny, tmp_path):
+    """scripts/pendulum_angle_error.py --per-run: one row per validation run with that run's VPT
+    from evaluation.json; an evaluation of another data set is refused with a message."""
+    script = ROOT / "scripts" / "pendulum_angle_error.py"
+    per_run = tiny["evaluation"]["vpt"]["per_run"]
+
+    def call(*extra):
+        return subprocess.run([sys.executable, str(script), str(tiny["run"]), "--per-run", *extra],
+                              capture_output=True, text=True)
+
+    p = call()
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    head = lines.index("VPT  start θ  angle error (frames 0-2)  start velocity error (°/frame)")
+    rows = [line.split() for line in lines[head + 1:head + 1 + len(per_run)]]
+    assert sorted(float(r[0]) for r in rows) == sorted(per_run)
+    for r in rows:
+        assert -180.0 <= float(r[1]) <= 180.0 and math.isfinite(float(r[3]))
+    other = dict(tiny["evaluation"])
+    other["vpt"] = dict(other["vpt"], per_run=per_run + [1.0])
+    wrong = tmp_path / "evaluation.json"
+    wrong.write_text(json.dumps(other))
+    p = call(str(wrong))
+    assert p.returncode != 0 and "validation runs" in p.stderr
+    p = call(str(tmp_path / "missing.json"))
+    assert p.returncode != 0 and "cannot read the per-run VPT" in p.stderr
