@@ -24,5 +24,5 @@ else
 fi
 command -v ninja > /dev/null && args+=(-G Ninja)
 cmake -S "$(dirname "$0")/.." -B "$build" "${args[@]}"
-cmake --build "$build" -j"$(nproc)"
+cmake --build "$build" -j"$(nproc)" -- -k 0 || cmake --build "$build" -j"$(nproc)"
 "$build"/keycld_core_tests

@@ -77,11 +77,11 @@ ControlAction EnergyShapingController::Act(const torch::Tensor& x_in,
   accel = model_.ProjectTangent(x.expand({a, n}), accel.contiguous());
   // [2, A]: row 0 the gravity compensation, row 1 the whole action (the pseudo-inverse is linear).
   const torch::Tensor u =
-      torch::matmul(forces, torch::linalg::pinv(b, kPinvRcond).t()).contiguous();
+      torch::matmul(forces, at::linalg_pinv(b, kPinvRcond).t()).contiguous();
   const double* p = u.data_ptr<double>();
   ControlAction out = LimitAction({p + a, p + 2 * a}, {p, p + a}, options_.u_max);
   const torch::Tensor norms =
-      torch::linalg::vector_norm(accel, 2, {1}, false, c10::nullopt).contiguous();
+      at::linalg_vector_norm(accel, 2, {1}, false, c10::nullopt).contiguous();
   out.input_acceleration.assign(norms.data_ptr<double>(), norms.data_ptr<double>() + a);
   return out;
 }

@@ -23,12 +23,12 @@ torch::Tensor SolveRegularized(const torch::Tensor& a, const torch::Tensor& b,
                                const torch::Tensor& scale, const ConstraintSolveOptions& options) {
   const double eps = Regularization(options, a.scalar_type());
   if (options.solver == MultiplierSolver::kPseudoInverse) {
-    return torch::matmul(torch::linalg::pinv(a, eps, /*hermitian=*/false), b.unsqueeze(-1))
+    return torch::matmul(at::linalg_pinv(a, eps, /*hermitian=*/false), b.unsqueeze(-1))
         .squeeze(-1);
   }
   const torch::Tensor eye = torch::eye(a.size(-1), a.options());
   const torch::Tensor tikhonov = (eps * scale.detach()).unsqueeze(-1).unsqueeze(-1) * eye;
-  return torch::linalg::solve(a + tikhonov, b.unsqueeze(-1), /*left=*/true).squeeze(-1);
+  return at::linalg_solve(a + tikhonov, b.unsqueeze(-1), /*left=*/true).squeeze(-1);
 }
 
 void CheckMassScalars(const HolonomicConstraints& c, const torch::Tensor& x,
