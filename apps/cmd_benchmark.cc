@@ -15,7 +15,7 @@ struct BenchmarkArgs {
   std::vector<std::string> envs = Names<EnvName>();
   std::vector<std::string> controls = Names<ControlMode>();
   std::vector<std::string> models = ModelVariantNames();
-  std::string preset = "cpu-quick", out, device, integrator, shard;
+  std::string preset = "cpu-quick", out, device, integrator, kernels, shard;
   bool collect = false;
   int seeds = 1, epochs = 0, threads = 0;
 };
@@ -62,6 +62,9 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
   cmd->add_option("--integrator", a->integrator,
                   "Override the presets' loss integrator: euler (the paper's) | rk4 | verlet")
       ->check(CLI::IsMember(FixedStepIntegratorNames()));
+  cmd->add_option("--kernels", a->kernels,
+                  "Override the presets' U-Net kernels: auto | winograd | onednn | libtorch")
+      ->check(CLI::IsMember({"auto", "winograd", "onednn", "libtorch"}));
   auto* shard = cmd->add_option("--shard", a->shard,
                                 "I/N: run only the cells whose index is I modulo N (a job array "
                                 "of N shards filling one --out; no table, see --collect)");
@@ -86,6 +89,7 @@ Runner AddBenchmarkCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> g
     o.threads = a->threads;
     o.device = a->device;
     o.integrator = a->integrator;
+    o.kernels = a->kernels;
     o.gl = ParseGlBackend(global->gl);
     o.command = "keycld benchmark --envs " + Join(a->envs) + " --controls " + Join(a->controls) +
                 " --models " + Join(a->models) + " --preset " + a->preset + " --seeds " +

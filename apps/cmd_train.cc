@@ -68,7 +68,7 @@ void PredictJob(const std::filesystem::path& run_dir, const std::filesystem::pat
 }
 
 struct TrainArgs {
-  std::string data, out, config, device, model, precision, integrator, dist_init;
+  std::string data, out, config, device, model, precision, kernels, integrator, dist_init;
   std::string dist_backend = "gloo";
   double dist_timeout = 900;
   std::optional<int> epochs, hidden, threads, batch_sequences, nproc;
@@ -145,6 +145,11 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
                   "fp32 | bf16: arithmetic of the estimator's and renderer's convolutions "
                   "(bf16 autocast needs AVX512-BF16/AMX or a CUDA device)")
       ->check(CLI::IsMember(Names<Precision>()));
+  cmd->add_option("--kernels", a->kernels,
+                  "How the U-Nets train: auto (winograd on a CPU in fp32, else libtorch) | "
+                  "winograd | onednn (the fused oneDNN U-Net, Winograd or direct convolutions) | "
+                  "libtorch (LibTorch's modules); docs/benchmarks.md")
+      ->check(CLI::IsMember({"auto", "winograd", "onednn", "libtorch"}));
   cmd->add_option(
          "--model", a->model,
          "keycld | keycld-nc (no constraints) | node2 (black-box ODE) | lag-vae | lag-cavae "
@@ -205,7 +210,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
              std::filesystem::equivalent(a->data, t.config.DataFile())))) {
         throw InputError(
             "--resume continues the saved configuration; only --epochs, "
-            "--steps, --lr, --threads, --device and --precision may change");
+            "--steps, --lr, --threads, --device, --precision and --kernels may change");
       }
     } else {
       if (!a->config.empty()) t.config = TrainConfig::FromToml(a->config);
@@ -225,6 +230,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
     if (a->threads) t.config.threads = *a->threads;
     if (!a->device.empty()) t.config.device = a->device;
     if (!a->precision.empty()) t.config.precision = a->precision;
+    if (!a->kernels.empty()) t.config.kernels = a->kernels;
     t.communicator = JoinProcessGroup(*a, backend->count() > 0);
     const int world = t.communicator ? t.communicator->world_size() : 1;
     const bool leader = !t.communicator || t.communicator->rank() == 0;
@@ -245,7 +251,8 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
 
 namespace {
 struct RunArgs {
-  std::string env = "pendulum", control = "none", preset = "cpu-quick", config, out, integrator;
+  std::string env = "pendulum", control = "none", preset = "cpu-quick", config, out, integrator,
+      kernels;
   int predict_frames = 500;
 };
 
@@ -258,6 +265,7 @@ TrainOptions MainJobTraining(const RunArgs& a, std::filesystem::path* config_fil
   TrainOptions t;
   t.config = TrainConfig::FromToml(*config_file);
   if (!a.integrator.empty()) t.config.integrator = a.integrator;
+  if (!a.kernels.empty()) t.config.kernels = a.kernels;
   t.config.Validate();
   t.run_dir = !a.out.empty() ? std::filesystem::path(a.out)
               : a.config.empty()
@@ -272,6 +280,7 @@ TrainOptions MainJobTraining(const RunArgs& a, std::filesystem::path* config_fil
                            : RecordedConfig(t.config, Dataset::Open(t.config.DataFile()).info());
   wanted.epochs = saved.epochs;
   wanted.max_steps = saved.max_steps;
+  wanted.kernels = saved.kernels;  // a choice of speed: --kernels may change it on resume
   if (const std::string diff = wanted.Differences(saved); !diff.empty()) {
     throw InputError("'" + t.run_dir.string() + "' was started with another configuration than '" +
                      config_file->string() + "' (the config against the run: " + diff +
@@ -279,6 +288,7 @@ TrainOptions MainJobTraining(const RunArgs& a, std::filesystem::path* config_fil
   }
   saved.epochs = t.config.epochs;
   saved.max_steps = t.config.max_steps;
+  if (!a.kernels.empty()) saved.kernels = a.kernels;
   t.config = saved;
   return t;
 }
@@ -371,6 +381,9 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
   cmd->add_option("--integrator", a->integrator,
                   "Override the config's loss integrator: euler (the paper's) | rk4 | verlet")
       ->check(CLI::IsMember(FixedStepIntegratorNames()));
+  cmd->add_option("--kernels", a->kernels,
+                  "Override the config's U-Net kernels: auto | winograd | onednn | libtorch")
+      ->check(CLI::IsMember({"auto", "winograd", "onednn", "libtorch"}));
   return [a, global] { return RunMainJob(*a, *global); };
 }
 

@@ -17,7 +17,8 @@ namespace keycld {
 namespace {
 
 // Args: image size, hidden width h, frames N, environment (0 pendulum, 1 cartpole), threads,
-// model (0 keycld, 1 keycld-nc, 2 node2), precision (0 fp32, 1 bf16 autocast).
+// model (0 keycld, 1 keycld-nc, 2 node2), precision (0 fp32, 1 bf16 autocast), U-Net kernels
+// (0 libtorch, 1 onednn, 2 winograd; model/onednn_unet.h).
 void BM_TrainStep(benchmark::State& state) {
   torch::set_num_threads(int(state.range(4)));
   torch::manual_seed(0);
@@ -36,6 +37,12 @@ void BM_TrainStep(benchmark::State& state) {
     return;
   }
   model->SetPrecision(precision);
+  const TrunkKernels kernels = TrunkKernels(state.range(7));
+  if (kernels != TrunkKernels::kLibTorch && !OneDnnUNetBuilt()) {
+    state.SkipWithError("built without oneDNN");
+    return;
+  }
+  model->SetTrunkKernels(kernels);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(model->PerceptionParameters(),
                       std::make_unique<torch::optim::AdamOptions>(3e-4));
@@ -64,19 +71,26 @@ void BM_TrainStep(benchmark::State& state) {
   state.counters["GFLOP/step"] = flops * 1e-9;
   state.SetLabel(spec.model + " " + EnvNameString(spec.env) + " " + std::to_string(S) +
                  "px h=" + std::to_string(spec.hidden) + " N=" + std::to_string(N) +
-                 " threads=" + std::to_string(state.range(4)) + " " + PrecisionName(precision));
+                 " threads=" + std::to_string(state.range(4)) + " " + PrecisionName(precision) + " " +
+                 NameOf(kernels));
 }
 BENCHMARK(BM_TrainStep)
-    ->Args({64, 32, 50, 0, 2, 0, 0})  // the paper's setting
-    ->Args({64, 32, 50, 0, 1, 0, 0})
-    ->Args({64, 32, 50, 0, 2, 0, 1})  // bf16
-    ->Args({32, 16, 50, 0, 2, 0, 0})  // CPU quick preset, each variant
-    ->Args({32, 16, 50, 0, 2, 1, 0})
-    ->Args({32, 16, 50, 0, 2, 2, 0})
-    ->Args({32, 16, 50, 0, 2, 0, 1})  // bf16
-    ->Args({32, 16, 50, 1, 2, 0, 0})
-    ->Args({32, 16, 50, 1, 2, 1, 0})
-    ->Args({32, 16, 50, 1, 2, 2, 0})
+    ->Args({64, 32, 50, 0, 2, 0, 0, 2})  // the paper's setting (default kernels: Winograd)
+    ->Args({64, 32, 50, 0, 2, 0, 0, 1})  // fused oneDNN U-Net, direct convolutions
+    ->Args({64, 32, 50, 0, 2, 0, 0, 0})  // LibTorch's modules
+    ->Args({64, 32, 50, 0, 1, 0, 0, 2})
+    ->Args({64, 32, 50, 0, 2, 0, 1, 0})  // bf16 (autocast: LibTorch's modules)
+    ->Args({32, 16, 50, 0, 2, 0, 0, 2})  // CPU quick preset, each variant
+    ->Args({32, 16, 50, 0, 2, 0, 0, 1})
+    ->Args({32, 16, 50, 0, 2, 0, 0, 0})
+    ->Args({32, 16, 50, 0, 2, 1, 0, 2})
+    ->Args({32, 16, 50, 0, 2, 2, 0, 2})
+    ->Args({32, 16, 50, 0, 2, 0, 1, 0})  // bf16
+    ->Args({32, 16, 50, 1, 2, 0, 0, 2})
+    ->Args({32, 16, 50, 1, 2, 1, 0, 2})
+    ->Args({32, 16, 50, 1, 2, 2, 0, 2})
+    ->Args({64, 16, 50, 0, 2, 0, 0, 2})  // 64 px, h = 16
+    ->Args({64, 16, 50, 0, 2, 0, 0, 0})
     ->Unit(benchmark::kSecond)
     ->UseRealTime()
     ->MinTime(5.0);

@@ -787,7 +787,7 @@ PYBIND11_MODULE(_keycld, m) {
       if (!config.empty() || !data.empty()) {
         throw InputError(
             "resume continues the saved configuration; pass only settings of "
-            "[train] epochs / max_steps / lr / threads / device / precision");
+            "[train] epochs / max_steps / lr / threads / device / precision / kernels");
       }
       t.config = TrainConfig::FromToml(saved);
     } else if (!config.empty()) {

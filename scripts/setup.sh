@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake pkg-config git
   libtorch-dev                        # tensors, autograd, nn, Adam (CPU build)
+  libdnnl-dev                         # oneDNN headers: the fused U-Net training path (the
+                                      # libdnnl2 LibTorch already links; docs/benchmarks.md)
   libopenblas0-pthread                # BLAS for LibTorch's matrix products (the baselines' MLPs:
                                       # 3.4-16x faster than the reference BLAS; docs/baselines.md)
   libgloo-dev                         # headers of LibTorch's c10d Gloo process group (distributed training)

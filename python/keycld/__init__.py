@@ -525,14 +525,14 @@ def train(out, config=None, data=None, settings=None, preset=None, env=None, con
     overrides by section, e.g. {"train": {"epochs": 2, "seed": 1}, "model": {"hidden": 16}};
     data: the HDF5 data set (else the one the config names, generated if missing). resume:
     continue ``out`` from its last checkpoint (only [train] epochs / max_steps / lr / threads /
-    device / precision may change). Returns {"steps", "epochs_completed", "seconds",
+    device / precision / kernels may change). Returns {"steps", "epochs_completed", "seconds",
     "seconds_per_step", "last_loss", "val_vpt_mean", "val_vpt_median", "val_runs",
     "checkpoint", ...}. Raises InputError, IoError, FormatError, NumericalError (the last good
     checkpoint is named); KeyboardInterrupt on Ctrl-C after saving a checkpoint.
     """
     settings_toml = _settings_toml(settings)  # validates the types first
     if resume and settings:
-        changeable = {"epochs", "max_steps", "lr", "threads", "device", "precision"}
+        changeable = {"epochs", "max_steps", "lr", "threads", "device", "precision", "kernels"}
         for section, values in settings.items():
             wrong = sorted(set(values) - changeable) if section == "train" else sorted(values)
             if wrong:

@@ -127,6 +127,7 @@ std::string Comparable(TrainConfig c) {
   c.max_steps = 0;
   c.threads = 0;
   c.device = "cpu";
+  c.kernels = "auto";  // a choice of speed, like threads
   return c.ToToml();
 }
 
@@ -451,6 +452,7 @@ std::vector<Setting> ReadSettings(const BenchmarkOptions& options, const fs::pat
         if (options.threads > 0) c.threads = options.threads;
         if (!options.device.empty()) c.device = options.device;
         if (!options.integrator.empty()) c.integrator = options.integrator;
+        if (!options.kernels.empty()) c.kernels = options.kernels;
         c.Validate();
         return c;
       };

@@ -21,23 +21,29 @@ KeypointEstimatorImpl::KeypointEstimatorImpl(int64_t num_keypoints, int64_t hidd
       "head", torch::nn::Conv2d(torch::nn::Conv2dOptions(hidden, num_keypoints, 3).padding(1)));
 }
 
-torch::Tensor KeypointEstimatorImpl::Logits(const torch::Tensor& images) {
+torch::Tensor KeypointEstimatorImpl::Logits(const torch::Tensor& images, TrunkKernels kernels) {
+  if (UseOneDnnUNet(kernels, images)) {
+    return OneDnnUNetForward(*trunk_, *head_, {}, images, kernels == TrunkKernels::kWinograd);
+  }
   return OutputConv2dForward(head_, trunk_->forward(images));
 }
 
 torch::Tensor KeypointEstimatorImpl::forward(const torch::Tensor& images,
-                                             const torch::Tensor& transform_ids) {
+                                             const torch::Tensor& transform_ids,
+                                             TrunkKernels kernels) {
   if (!images.defined() || images.dim() != 4 || images.size(1) != 3 ||
       !at::isFloatingType(images.scalar_type())) {
     throw InputError("KeypointEstimator: images must be floating [B, 3, H, W] in [0, 1]");
   }
-  return ApplyDihedralAugmented([this](const torch::Tensor& x) { return Logits(x); }, images,
-                                transform_ids);
+  return ApplyDihedralAugmented(
+      [this, kernels](const torch::Tensor& x) { return Logits(x, kernels); }, images,
+      transform_ids);
 }
 
 SpatialSoftmaxResult KeypointEstimatorImpl::Estimate(const torch::Tensor& images,
-                                                     const torch::Tensor& transform_ids) {
-  return SpatialSoftmax(forward(images, transform_ids));
+                                                     const torch::Tensor& transform_ids,
+                                                     TrunkKernels kernels) {
+  return SpatialSoftmax(forward(images, transform_ids, kernels));
 }
 
 }  // namespace keycld

@@ -34,7 +34,7 @@ RendererImpl::RendererImpl(int64_t num_keypoints, int64_t hidden, int64_t height
       register_module("head", torch::nn::Conv2d(torch::nn::Conv2dOptions(hidden, 3, 3).padding(1)));
 }
 
-torch::Tensor RendererImpl::forward(const torch::Tensor& keypoints) {
+torch::Tensor RendererImpl::forward(const torch::Tensor& keypoints, TrunkKernels kernels) {
   if (!keypoints.defined() || keypoints.dim() != 3 || keypoints.size(1) != num_keypoints_ ||
       keypoints.size(2) != 2 || !at::isFloatingType(keypoints.scalar_type())) {
     throw InputError("Renderer: keypoints must be floating [B, " + std::to_string(num_keypoints_) +
@@ -42,6 +42,10 @@ torch::Tensor RendererImpl::forward(const torch::Tensor& keypoints) {
   }
   const int64_t batch = keypoints.size(0);
   torch::Tensor maps = GaussianMaps(keypoints, height_, width_, sigma_);  // [B, K, H, W]
+  if (UseOneDnnUNet(kernels, maps)) {
+    return at::sigmoid(
+        OneDnnUNetForward(*trunk_, *head_, seed_, maps, kernels == TrunkKernels::kWinograd));
+  }
   torch::Tensor seed = seed_.unsqueeze(0).expand({batch, -1, -1, -1});
   torch::Tensor x = at::cat({seed, maps.to(seed_.scalar_type())}, 1);
   return at::sigmoid(OutputConv2dForward(head_, trunk_->forward(x)));

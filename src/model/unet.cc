@@ -114,6 +114,12 @@ torch::Tensor UNetTrunkImpl::forward(const torch::Tensor& x) {
   return block5_->forward(at::cat({Up2(a4), a1}, 1));
 }
 
+BlockImpl& UNetTrunkImpl::block(int b) {
+  Block* blocks[] = {&block1_, &block2_, &block3_, &block4_, &block5_};
+  if (b < 0 || b >= 5) throw InputError("UNetTrunk::block: index must be in [0, 5)");
+  return **blocks[b];
+}
+
 double ConvLayerShape::ForwardFlops() const {
   return 2.0 * double(in_channels) * double(out_channels) * double(kernel * kernel) *
          double(out_height) * double(out_width);

@@ -15,7 +15,7 @@ KeypointModelImpl::KeypointModelImpl(const ModelSpec& spec) : ModelImpl(spec) {
 Encoding KeypointModelImpl::Encode(const torch::Tensor& images,
                                    const torch::Tensor& transform_ids) {
   if (precision() == Precision::kFloat32) {
-    auto r = estimator_->Estimate(images, transform_ids);
+    auto r = estimator_->Estimate(images, transform_ids, trunk_kernels());
     return {r.keypoints, r.probabilities};
   }
   torch::Tensor logits;
@@ -28,7 +28,7 @@ Encoding KeypointModelImpl::Encode(const torch::Tensor& images,
 }
 
 torch::Tensor KeypointModelImpl::Render(const torch::Tensor& keypoints) {
-  if (precision() == Precision::kFloat32) return renderer_->forward(keypoints);
+  if (precision() == Precision::kFloat32) return renderer_->forward(keypoints, trunk_kernels());
   torch::Tensor images;
   {
     AutocastGuard autocast(keypoints.device(), true, at::kBFloat16);

@@ -83,6 +83,7 @@ std::vector<Field> Fields(TrainConfig& c) {
       {"train", "threads", &c.threads},
       {"train", "device", &c.device},
       {"train", "precision", &c.precision},
+      {"train", "kernels", &c.kernels},
       {"eval", "val_runs", &c.val_runs},
       {"eval", "rtol", &c.rtol},
       {"eval", "atol", &c.atol},
@@ -276,6 +277,7 @@ void TrainConfig::Validate() const {
     fail("device must be cpu, cuda or cuda:N, got '" + device + "'");
   }
   ParsePrecision(precision);
+  ResolveTrunkKernels(kernels, device, precision);
   // What the model's own objective accepts (the VAE baselines: docs/baselines.md).
   const ModelVariant& variant = FindModelVariant(model);
   if (!variant.loss_integrators.empty()) {
@@ -398,6 +400,30 @@ std::string TrainConfig::Differences(const TrainConfig& other) const {
            " against " + value(vb.str());
   }
   return out;
+}
+
+TrunkKernels ResolveTrunkKernels(const std::string& kernels, const std::string& device,
+                                 const std::string& precision) {
+  const bool cpu_fp32 = device == "cpu" && precision == "fp32";
+  if (kernels == "auto") {
+    return cpu_fp32 && OneDnnUNetBuilt() ? TrunkKernels::kWinograd : TrunkKernels::kLibTorch;
+  }
+  if (kernels != "libtorch" && kernels != "onednn" && kernels != "winograd") {
+    throw InputError("[train] kernels must be auto, libtorch, onednn or winograd, got '" +
+                     kernels + "'");
+  }
+  const TrunkKernels k = ParseName<TrunkKernels>(kernels);
+  if (k != TrunkKernels::kLibTorch) {
+    if (!OneDnnUNetBuilt()) {
+      throw InputError("[train] kernels = \"" + kernels +
+                       "\" needs a keycld built with oneDNN (libdnnl-dev); use auto or libtorch");
+    }
+    if (!cpu_fp32) {
+      throw InputError("[train] kernels = \"" + kernels + "\" runs on the CPU in fp32 only (device " +
+                       device + ", precision " + precision + "); use auto or libtorch");
+    }
+  }
+  return k;
 }
 
 std::filesystem::path DefaultConfigsDir() {

@@ -280,6 +280,7 @@ class Trainer {
                                   .to(device_));
     }
     model_->SetPrecision(ParsePrecision(cfg_.precision));
+    model_->SetTrunkKernels(ResolveTrunkKernels(cfg_.kernels, cfg_.device, cfg_.precision));
     if (!options_.quiet && Leader()) {
       std::string batch;
       if (B_ > 1 || world_ > 1) {
@@ -291,7 +292,11 @@ class Trainer {
       }
       std::printf("%s %s%s on %s%s\n", options_.resume ? "resuming" : "training",
                   DescribeModel(spec).c_str(),
-                  model_->precision() == Precision::kBfloat16 ? " (bf16 convolutions)" : "",
+                  model_->precision() == Precision::kBfloat16
+                      ? " (bf16 convolutions)"
+                      : (model_->trunk_kernels() == TrunkKernels::kLibTorch
+                             ? ""
+                             : (" (" + NameOf(model_->trunk_kernels()) + " U-Net kernels)").c_str()),
                   data_->path().c_str(), batch.c_str());
       std::fflush(stdout);
     }

@@ -37,6 +37,7 @@ struct BenchmarkOptions {
   int threads = 0;                  // > 0 overrides [train] threads (LibTorch threads)
   std::string device;               // non-empty overrides [train] device
   std::string integrator;           // non-empty overrides [train] integrator (euler|rk4|verlet)
+  std::string kernels;              // non-empty overrides [train] kernels (auto|winograd|onednn|libtorch)
   GlBackend gl = GlBackend::kAuto;  // for data sets that must be generated
   int eval_batch = 10;              // validation runs per Dormand–Prince batch
   std::string command;              // the command line, quoted in results.md

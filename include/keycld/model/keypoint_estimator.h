@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "keycld/model/keypoints.h"
+#include "keycld/model/onednn_unet.h"
 #include "keycld/model/unet.h"
 
 namespace keycld {
@@ -24,19 +25,22 @@ class KeypointEstimatorImpl : public torch::nn::Module {
   /// With `transform_ids` int64 [B] in [0, 8) (dihedral.h), frame b is transformed by
   /// T_{t_b} before the network and its logits by T_{t_b}⁻¹ after, so the logits are in the
   /// original frame (the equivariant augmentation of KeyCLD §6; needs H == W). An undefined
-  /// `transform_ids` means no augmentation. Throws InputError for bad shapes, dtype or ids.
-  torch::Tensor forward(const torch::Tensor& images, const torch::Tensor& transform_ids = {});
+  /// `transform_ids` means no augmentation. `kernels` chooses how the U-Net is computed while
+  /// gradients are recorded (onednn_unet.h). Throws InputError for bad shapes, dtype or ids.
+  torch::Tensor forward(const torch::Tensor& images, const torch::Tensor& transform_ids = {},
+                        TrunkKernels kernels = TrunkKernels::kLibTorch);
 
   /// Spatial softmax of forward(images, transform_ids): probabilities [B, K, H, W] and
   /// keypoints [B, K, 2] in normalized image coordinates (KeyCLD §2, §3).
   SpatialSoftmaxResult Estimate(const torch::Tensor& images,
-                                const torch::Tensor& transform_ids = {});
+                                const torch::Tensor& transform_ids = {},
+                                TrunkKernels kernels = TrunkKernels::kLibTorch);
 
   int64_t num_keypoints() const { return num_keypoints_; }
   int64_t hidden() const { return hidden_; }
 
  private:
-  torch::Tensor Logits(const torch::Tensor& images);
+  torch::Tensor Logits(const torch::Tensor& images, TrunkKernels kernels);
 
   int64_t num_keypoints_, hidden_;
   UNetTrunk trunk_{nullptr};

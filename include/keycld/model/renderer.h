@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "keycld/model/onednn_unet.h"
 #include "keycld/model/unet.h"
 
 namespace keycld {
@@ -23,8 +24,10 @@ class RendererImpl : public torch::nn::Module {
                double sigma = 0.1);
 
   /// keypoints: floating [B, K, 2] in normalized image coordinates → images [B, 3, H, W] in
-  /// (0, 1). Throws InputError for a wrong shape.
-  torch::Tensor forward(const torch::Tensor& keypoints);
+  /// (0, 1). `kernels` chooses how the U-Net is computed while gradients are recorded
+  /// (onednn_unet.h). Throws InputError for a wrong shape.
+  torch::Tensor forward(const torch::Tensor& keypoints,
+                        TrunkKernels kernels = TrunkKernels::kLibTorch);
 
   const torch::Tensor& seed() const { return seed_; }  ///< [h − K, H, W]
   int64_t num_keypoints() const { return num_keypoints_; }

@@ -39,6 +39,9 @@ class BlockImpl : public torch::nn::Module {
   BlockImpl(int64_t in_channels, int64_t out_channels);
   torch::Tensor forward(const torch::Tensor& x);
 
+  torch::nn::Conv2d& conv() { return conv_; }
+  torch::nn::GroupNorm& norm() { return norm_; }
+
  private:
   torch::nn::Conv2d conv_{nullptr};
   torch::nn::GroupNorm norm_{nullptr};
@@ -63,6 +66,8 @@ class UNetTrunkImpl : public torch::nn::Module {
 
   int64_t in_channels() const { return in_channels_; }
   int64_t hidden() const { return hidden_; }
+  /// Block b + 1 of the five (b in [0, 5)).
+  BlockImpl& block(int b);
 
  private:
   int64_t in_channels_, hidden_;

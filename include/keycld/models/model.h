@@ -26,6 +26,7 @@
 #include "keycld/dynamics/integrators.h"
 #include "keycld/dynamics/lagrangian.h"
 #include "keycld/model/mechanics.h"
+#include "keycld/model/onednn_unet.h"
 #include "keycld/sim/env_name.h"
 
 namespace keycld {
@@ -184,9 +185,16 @@ class ModelImpl : public torch::nn::Module {
   void SetPrecision(Precision precision);
   Precision precision() const { return precision_; }
 
+  /// How Encode and Render compute the estimator's and renderer's U-Nets while gradients are
+  /// recorded (model/onednn_unet.h; default LibTorch's modules). A choice of speed, not part of
+  /// the model. Variants with their own encoder and decoder ignore it.
+  void SetTrunkKernels(TrunkKernels kernels) { kernels_ = kernels; }
+  TrunkKernels trunk_kernels() const { return kernels_; }
+
  private:
   ModelSpec spec_;
   Precision precision_ = Precision::kFloat32;
+  TrunkKernels kernels_ = TrunkKernels::kLibTorch;
 };
 
 /// A shared handle on a model of any variant (as torch::nn's module holders): `model->Encode(…)`.

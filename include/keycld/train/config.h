@@ -69,6 +69,11 @@ struct TrainConfig {
   int threads = 0;                 // LibTorch intra-op threads (0 = all cores)
   std::string device = "cpu";      // cpu | cuda | cuda:N
   std::string precision = "fp32";  // fp32 | bf16: the convolutions' arithmetic (autocast)
+  /// How the estimator's and renderer's U-Nets are computed in training (model/onednn_unet.h):
+  /// auto (winograd where this build has oneDNN and the run is CPU float32, else libtorch) |
+  /// winograd | onednn | libtorch. A choice of speed; Winograd also of rounding
+  /// (docs/benchmarks.md: the VPT it was validated with).
+  std::string kernels = "auto";
   // [eval]
   int val_runs = 10;                    // validation runs for the per-epoch VPT (0 = all)
   double rtol = 1.4e-8, atol = 1.4e-8;  // Dormand–Prince tolerances
@@ -104,6 +109,13 @@ struct TrainConfig {
   /// `data` nor `env` is set.
   std::filesystem::path DataFile() const;
 };
+
+/// The U-Net kernels a config's `kernels` names ("auto" resolved for `device` and
+/// `precision`: Winograd on a CPU in float32 when this build has oneDNN, else LibTorch's
+/// modules). Throws InputError for an unknown name, and for onednn or winograd on a build
+/// without oneDNN, a CUDA device or bf16.
+TrunkKernels ResolveTrunkKernels(const std::string& kernels, const std::string& device,
+                                 const std::string& precision);
 
 /// The folder of the TOML presets: $KEYCLD_CONFIGS if set, else the source tree's configs/.
 std::filesystem::path DefaultConfigsDir();
