@@ -262,9 +262,13 @@ def time_python_step(size, hidden, frames, env, repeats):
     return seconds
 
 
-def time_keycld_step(bench, size, hidden, frames, threads, repeats):
-    """keycld's BM_TrainStep at the same setting (fp32, keycld model), median of repetitions."""
-    name = f"BM_TrainStep/{size}/{hidden}/{frames}/0/{threads}/0/0/"
+KERNELS = {"libtorch": 0, "onednn": 1, "winograd": 2}  # train_bench's last argument
+
+
+def time_keycld_step(bench, size, hidden, frames, threads, repeats, kernels="winograd"):
+    """keycld's BM_TrainStep at the same setting (fp32, keycld model, U-Net `kernels`), the times
+    of its repetitions."""
+    name = f"BM_TrainStep/{size}/{hidden}/{frames}/0/{threads}/0/0/{KERNELS[kernels]}/"
     out = subprocess.run([bench, f"--benchmark_filter=^{name}", "--benchmark_format=json",
                           f"--benchmark_repetitions={repeats}", "--benchmark_min_time=0.5"],
                          capture_output=True, text=True, check=True).stdout
@@ -335,6 +339,9 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--compare", metavar="TRAIN_BENCH", help="keycld's build/train_bench")
+    parser.add_argument("--kernels", default="winograd,libtorch",
+                        help="keycld's U-Net kernels to time with --compare (comma-separated: "
+                             "winograd, onednn, libtorch; docs/benchmarks.md)")
     parser.add_argument("--check", metavar="RUN", help="compare with keycld's loss on a run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -350,9 +357,12 @@ def main():
         if args.compare:
             if args.env != "pendulum":
                 sys.exit("python_step: --compare times keycld's pendulum step only")
-            cpp = statistics.median(time_keycld_step(args.compare, size, hidden, args.frames,
-                                                     args.threads, args.repeats))
-            line += f", keycld {cpp:.3f} s/step, keycld is {py / cpp:.2f}x faster"
+            for kernels in args.kernels.split(","):
+                if kernels not in KERNELS:
+                    sys.exit(f"python_step: --kernels {kernels}: expected one of {sorted(KERNELS)}")
+                cpp = statistics.median(time_keycld_step(args.compare, size, hidden, args.frames,
+                                                         args.threads, args.repeats, kernels))
+                line += f"; keycld ({kernels}) {cpp:.3f} s/step, {py / cpp:.2f}x faster"
         print(line, flush=True)
 
 

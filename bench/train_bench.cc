@@ -7,6 +7,9 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "bench_main.h"
 #include "keycld/models/keypoint_model.h"
 #include "keycld/models/registry.h"
@@ -62,7 +65,18 @@ void BM_TrainStep(benchmark::State& state) {
     adam.step();
   };
   step();  // warm-up: oneDNN primitive creation and first-touch of the activation buffers
+  // KEYCLD_UNET_PROFILE=1: the fused U-Net's time per part, printed after the case.
+  const bool profile = std::getenv("KEYCLD_UNET_PROFILE") != nullptr;
+  if (profile) SetUNetProfiling(true);
   for (auto _ : state) step();
+  if (profile) {
+    const double steps = double(state.iterations());
+    for (const UNetProfileEntry& e : UNetProfile()) {
+      std::printf("  %-50s %8.2f ms/step  %5.1f calls/step\n", e.part.c_str(),
+                  1e3 * e.seconds / steps, double(e.calls) / steps);
+    }
+    SetUNetProfiling(false);
+  }
   const double flops = TrainingStepFlops(spec, N);
   state.counters["frames/s"] =
       benchmark::Counter(double(N) * double(state.iterations()), benchmark::Counter::kIsRate);
@@ -91,6 +105,8 @@ BENCHMARK(BM_TrainStep)
     ->Args({32, 16, 50, 1, 2, 2, 0, 2})
     ->Args({64, 16, 50, 0, 2, 0, 0, 2})  // 64 px, h = 16
     ->Args({64, 16, 50, 0, 2, 0, 0, 0})
+    ->Args({64, 8, 50, 0, 2, 0, 0, 2})  // 64 px, h = 8
+    ->Args({64, 8, 50, 0, 2, 0, 0, 0})
     ->Unit(benchmark::kSecond)
     ->UseRealTime()
     ->MinTime(5.0);

@@ -14,6 +14,9 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -37,6 +40,8 @@ namespace keycld {
 #ifndef KEYCLD_HAVE_ONEDNN
 
 bool OneDnnUNetBuilt() { return false; }
+void SetUNetProfiling(bool) {}
+std::vector<UNetProfileEntry> UNetProfile() { return {}; }
 bool UseOneDnnUNet(TrunkKernels, const torch::Tensor&) { return false; }
 torch::Tensor OneDnnUNetForward(UNetTrunkImpl&, torch::nn::Conv2dImpl&, const torch::Tensor&,
                                 const torch::Tensor&, bool) {
@@ -57,6 +62,39 @@ using torch::autograd::variable_list;
 dnnl::engine& Engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   return engine;
+}
+
+// The optional profile (SetUNetProfiling): wall time per part, summed over calls.
+std::atomic<bool> profiling{false};
+std::mutex profile_mutex;
+std::map<std::string, std::pair<double, int64_t>> profile;
+
+class ScopedPart {
+ public:
+  explicit ScopedPart(const char* part) : part_(profiling.load() ? part : nullptr) {
+    if (part_) start_ = std::chrono::steady_clock::now();
+  }
+  ~ScopedPart() {
+    if (!part_) return;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::lock_guard<std::mutex> lock(profile_mutex);
+    auto& entry = profile[part_];
+    entry.first += s;
+    entry.second += 1;
+  }
+  ScopedPart(const ScopedPart&) = delete;
+  ScopedPart& operator=(const ScopedPart&) = delete;
+
+ private:
+  const char* part_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+template <class F>
+void Timed(const char* part, F&& f) {
+  ScopedPart scoped(part);
+  f();
 }
 
 // A float32 buffer for `floats` values (the caching allocator keeps them across steps).
@@ -196,6 +234,7 @@ memory WeightsFor(const memory::desc& md, const torch::Tensor& weight, dnnl::str
 // y = conv(x) + b. x: blocked (or plain NCHW when key.plain_src), y: blocked.
 void ConvForward(const ConvKey& real, void* x, const torch::Tensor& real_weight,
                  const torch::Tensor& real_bias, float* y) {
+  ScopedPart part("convolutions (oneDNN), forward");
   const ConvKey key = Padded(real);
   const torch::Tensor weight = PadWeights(real_weight, key), bias = PadBias(real_bias, key);
   const ConvPrimitives& p = Conv(key);
@@ -215,6 +254,7 @@ void ConvForward(const ConvKey& real, void* x, const torch::Tensor& real_weight,
 // dx = conv's input gradient for dy (both blocked).
 void ConvBackwardData(const ConvKey& real, const float* dy, const torch::Tensor& real_weight,
                       float* dx) {
+  ScopedPart part("convolutions (oneDNN), input gradient");
   const ConvKey key = Padded(real);
   const torch::Tensor weight = PadWeights(real_weight, key);
   const ConvPrimitives& p = Conv(key);
@@ -232,6 +272,7 @@ void ConvBackwardData(const ConvKey& real, const float* dy, const torch::Tensor&
 // dw [O, I, 3, 3] (plain, new tensor) and db [O] (when key.bias) from x and dy.
 std::pair<torch::Tensor, torch::Tensor> ConvBackwardWeights(const ConvKey& real, const void* x,
                                                             const float* dy) {
+  ScopedPart part("convolutions (oneDNN), weight gradient");
   const ConvKey key = Padded(real);
   const ConvPrimitives& p = Conv(key);
   dnnl::stream s(Engine());
@@ -290,6 +331,7 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, c10::optional<torch::Tensor> seed_arg,
                                torch::Tensor x, at::TensorList params, bool winograd, double eps) {
+    ScopedPart whole("the whole U-Net node, forward");
     const torch::Tensor seed = seed_arg.has_value() ? *seed_arg : torch::Tensor();
     const bool has_seed = seed.defined() && seed.numel() > 0;
     const Sizes z{x.size(0),         x.size(1), has_seed ? seed.size(0) : 0,
@@ -308,18 +350,18 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     torch::Tensor seed_blocked;
     if (has_seed) {
       seed_blocked = BlockedBuffer(1, z.s, H, W);
-      bk::FromPlain(Contiguous(seed).data_ptr<float>(), ViewOf(seed_blocked, 1, z.s, H, W));
+      Timed("layout copies, seed sum and broadcast", [&] { bk::FromPlain(Contiguous(seed).data_ptr<float>(), ViewOf(seed_blocked, 1, z.s, H, W)); });
       torch::Tensor seed_out = BlockedBuffer(1, h, H, W);
       ConvForward({1, z.s, h, H, W, false, false, winograd}, seed_blocked.data_ptr<float>(),
                   Contiguous(p[0].narrow(1, 0, z.s)), {}, seed_out.data_ptr<float>());
-      bk::AddToEverySample(ViewOf(x1, N, h, H, W), ViewOf(seed_out, 1, h, H, W));
+      Timed("layout copies, seed sum and broadcast", [&] { bk::AddToEverySample(ViewOf(x1, N, h, H, W), ViewOf(seed_out, 1, h, H, W)); });
     }
     torch::Tensor stats = Buffer(kBlocks * 2 * N * bk::kLanes, false);  // mean, rstd per block
     auto mean = [&](int b) { return stats.data_ptr<float>() + (2 * b) * N * 8; };
     auto rstd = [&](int b) { return stats.data_ptr<float>() + (2 * b + 1) * N * 8; };
     auto gn = [&](int b, const bk::View& in, const bk::View& out) {
-      bk::GroupNormReluForward(in, p[4 * b + 2].data_ptr<float>(), p[4 * b + 3].data_ptr<float>(),
-                               kBlockGroups, eps, out, mean(b), rstd(b));
+      Timed("GroupNorm + ReLU, forward", [&] { bk::GroupNormReluForward(in, p[4 * b + 2].data_ptr<float>(), p[4 * b + 3].data_ptr<float>(),
+                               kBlockGroups, eps, out, mean(b), rstd(b)); });
     };
     torch::Tensor cat5 = BlockedBuffer(N, 3 * h, H, W);
     const bk::View cat5_v = ViewOf(cat5, N, 3 * h, H, W);
@@ -327,7 +369,7 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     gn(0, ViewOf(x1, N, h, H, W), a1);
 
     torch::Tensor p1 = BlockedBuffer(N, h, H2, W2);
-    bk::MaxPool2Forward(a1, ViewOf(p1, N, h, H2, W2));
+    Timed("max pooling, forward", [&] { bk::MaxPool2Forward(a1, ViewOf(p1, N, h, H2, W2)); });
     torch::Tensor x2 = BlockedBuffer(N, 2 * h, H2, W2);
     ConvForward({N, h, 2 * h, H2, W2, false, true, winograd}, p1.data_ptr<float>(), p[4], p[5],
                 x2.data_ptr<float>());
@@ -337,14 +379,14 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     gn(1, ViewOf(x2, N, 2 * h, H2, W2), a2);
 
     torch::Tensor p2 = BlockedBuffer(N, 2 * h, H4, W4);
-    bk::MaxPool2Forward(a2, ViewOf(p2, N, 2 * h, H4, W4));
+    Timed("max pooling, forward", [&] { bk::MaxPool2Forward(a2, ViewOf(p2, N, 2 * h, H4, W4)); });
     torch::Tensor x3 = BlockedBuffer(N, 4 * h, H4, W4);
     ConvForward({N, 2 * h, 4 * h, H4, W4, false, true, winograd}, p2.data_ptr<float>(), p[8], p[9],
                 x3.data_ptr<float>());
     {
       torch::Tensor a3 = BlockedBuffer(N, 4 * h, H4, W4);
       gn(2, ViewOf(x3, N, 4 * h, H4, W4), ViewOf(a3, N, 4 * h, H4, W4));
-      bk::Upsample2Forward(ViewOf(a3, N, 4 * h, H4, W4), bk::Channels(cat4_v, 0, 4 * h));
+      Timed("upsampling, forward", [&] { bk::Upsample2Forward(ViewOf(a3, N, 4 * h, H4, W4), bk::Channels(cat4_v, 0, 4 * h)); });
     }
     torch::Tensor x4 = BlockedBuffer(N, 2 * h, H2, W2);
     ConvForward({N, 6 * h, 2 * h, H2, W2, false, true, winograd}, cat4.data_ptr<float>(), p[12],
@@ -352,7 +394,7 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     {
       torch::Tensor a4 = BlockedBuffer(N, 2 * h, H2, W2);
       gn(3, ViewOf(x4, N, 2 * h, H2, W2), ViewOf(a4, N, 2 * h, H2, W2));
-      bk::Upsample2Forward(ViewOf(a4, N, 2 * h, H2, W2), bk::Channels(cat5_v, 0, 2 * h));
+      Timed("upsampling, forward", [&] { bk::Upsample2Forward(ViewOf(a4, N, 2 * h, H2, W2), bk::Channels(cat5_v, 0, 2 * h)); });
     }
     torch::Tensor x5 = BlockedBuffer(N, h, H, W);
     ConvForward({N, 3 * h, h, H, W, false, true, winograd}, cat5.data_ptr<float>(), p[16], p[17],
@@ -362,8 +404,8 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
 
     const int64_t O = p[20].size(0);
     torch::Tensor out = torch::empty({N, O, H, W});
-    bk::ConvToPlainForward(ViewOf(a5, N, h, H, W), p[20].data_ptr<float>(), p[21].data_ptr<float>(),
-                           O, out.data_ptr<float>());
+    Timed("head / input-gradient convolution (own kernel)", [&] { bk::ConvToPlainForward(ViewOf(a5, N, h, H, W), p[20].data_ptr<float>(), p[21].data_ptr<float>(),
+                           O, out.data_ptr<float>()); });
 
     std::vector<torch::Tensor> saved{seed, x};
     saved.insert(saved.end(), params.begin(), params.end());
@@ -387,6 +429,7 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    ScopedPart whole("the whole U-Net node, backward");
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor seed = saved[0], x = saved[1];
     std::vector<torch::Tensor> p;
@@ -408,10 +451,10 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     auto gn_back = [&](int b, const bk::View& dy, const bk::View& xin, const bk::View& dx) {
       grads[4 * b + 2] = torch::empty_like(p[4 * b + 2]);
       grads[4 * b + 3] = torch::empty_like(p[4 * b + 3]);
-      bk::GroupNormReluBackward(dy, xin, p[4 * b + 2].data_ptr<float>(),
+      Timed("GroupNorm + ReLU, backward", [&] { bk::GroupNormReluBackward(dy, xin, p[4 * b + 2].data_ptr<float>(),
                                 p[4 * b + 3].data_ptr<float>(), kBlockGroups, mean(b), rstd(b), dx,
                                 grads[4 * b + 2].data_ptr<float>(),
-                                grads[4 * b + 3].data_ptr<float>());
+                                grads[4 * b + 3].data_ptr<float>()); });
     };
     auto conv_back = [&](int b, const ConvKey& key, const torch::Tensor& in, const float* dy,
                          float* din) {
@@ -426,8 +469,8 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     // Head: weights by our kernel, input gradient as a convolution of dout (plain source).
     grads[20] = torch::empty_like(p[20]);
     grads[21] = torch::empty_like(p[21]);
-    bk::ConvToPlainBackwardWeights(ViewOf(a5, N, h, H, W), dout.data_ptr<float>(), O,
-                                   grads[20].data_ptr<float>(), grads[21].data_ptr<float>());
+    Timed("head weight gradient (own kernel)", [&] { bk::ConvToPlainBackwardWeights(ViewOf(a5, N, h, H, W), dout.data_ptr<float>(), O,
+                                   grads[20].data_ptr<float>(), grads[21].data_ptr<float>()); });
     torch::Tensor da5 = BlockedBuffer(N, h, H, W);
     ConvForward({N, O, h, H, W, true, false, false}, dout.data_ptr<float>(), FlipTranspose(p[20]),
                 {}, da5.data_ptr<float>());
@@ -440,7 +483,7 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     const bk::View dcat5_v = ViewOf(dcat5, N, 3 * h, H, W);
     // Block 4.
     torch::Tensor da4 = BlockedBuffer(N, 2 * h, H2, W2);
-    bk::Upsample2Backward(bk::Channels(dcat5_v, 0, 2 * h), ViewOf(da4, N, 2 * h, H2, W2));
+    Timed("upsampling, backward", [&] { bk::Upsample2Backward(bk::Channels(dcat5_v, 0, 2 * h), ViewOf(da4, N, 2 * h, H2, W2)); });
     torch::Tensor dx4 = BlockedBuffer(N, 2 * h, H2, W2);
     gn_back(3, ViewOf(da4, N, 2 * h, H2, W2), ViewOf(x4, N, 2 * h, H2, W2),
             ViewOf(dx4, N, 2 * h, H2, W2));
@@ -450,7 +493,7 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     const bk::View dcat4_v = ViewOf(dcat4, N, 6 * h, H2, W2);
     // Block 3.
     torch::Tensor da3 = BlockedBuffer(N, 4 * h, H4, W4);
-    bk::Upsample2Backward(bk::Channels(dcat4_v, 0, 4 * h), ViewOf(da3, N, 4 * h, H4, W4));
+    Timed("upsampling, backward", [&] { bk::Upsample2Backward(bk::Channels(dcat4_v, 0, 4 * h), ViewOf(da3, N, 4 * h, H4, W4)); });
     torch::Tensor dx3 = BlockedBuffer(N, 4 * h, H4, W4);
     gn_back(2, ViewOf(da3, N, 4 * h, H4, W4), ViewOf(x3, N, 4 * h, H4, W4),
             ViewOf(dx3, N, 4 * h, H4, W4));
@@ -460,8 +503,8 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     // Block 2: its output's gradient is the skip part of dcat4 plus the pooling's.
     const bk::View cat4_v = ViewOf(cat4, N, 6 * h, H2, W2);
     const bk::View da2 = bk::Channels(dcat4_v, 4 * h, 2 * h);
-    bk::MaxPool2BackwardAccumulate(ViewOf(dp2, N, 2 * h, H4, W4),
-                                   bk::Channels(cat4_v, 4 * h, 2 * h), da2);
+    Timed("max pooling, backward", [&] { bk::MaxPool2BackwardAccumulate(ViewOf(dp2, N, 2 * h, H4, W4),
+                                   bk::Channels(cat4_v, 4 * h, 2 * h), da2); });
     torch::Tensor dx2 = BlockedBuffer(N, 2 * h, H2, W2);
     gn_back(1, da2, ViewOf(x2, N, 2 * h, H2, W2), ViewOf(dx2, N, 2 * h, H2, W2));
     torch::Tensor dp1 = BlockedBuffer(N, h, H2, W2);
@@ -470,7 +513,7 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     // Block 1.
     const bk::View cat5_v = ViewOf(cat5, N, 3 * h, H, W);
     const bk::View da1 = bk::Channels(dcat5_v, 2 * h, h);
-    bk::MaxPool2BackwardAccumulate(ViewOf(dp1, N, h, H2, W2), bk::Channels(cat5_v, 2 * h, h), da1);
+    Timed("max pooling, backward", [&] { bk::MaxPool2BackwardAccumulate(ViewOf(dp1, N, h, H2, W2), bk::Channels(cat5_v, 2 * h, h), da1); });
     torch::Tensor dx1 = BlockedBuffer(N, h, H, W);
     gn_back(0, da1, ViewOf(x1, N, h, H, W), ViewOf(dx1, N, h, H, W));
     // Layer 1: the input part (plain source), then the seed part (batch 1, summed gradient).
@@ -480,16 +523,18 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
                                            xc.data_ptr<float>(), dx1.data_ptr<float>());
     grads[1] = db1;
     torch::Tensor dx;
-    if (ctx->needs_input_grad(1)) {
+    // needs_input_grad counts the node's edges: one per defined tensor input, so x is edge 1
+    // after a seed and edge 0 without one (the estimator, whose images need no gradient).
+    if (ctx->needs_input_grad(has_seed ? 1 : 0)) {
       dx = torch::empty({N, z.cx, H, W});
       const torch::Tensor w1x = has_seed ? p[0].narrow(1, z.s, z.cx) : p[0];
-      bk::ConvToPlainForward(ViewOf(dx1, N, h, H, W), FlipTranspose(w1x).data_ptr<float>(), nullptr,
-                             z.cx, dx.data_ptr<float>());
+      Timed("head / input-gradient convolution (own kernel)", [&] { bk::ConvToPlainForward(ViewOf(dx1, N, h, H, W), FlipTranspose(w1x).data_ptr<float>(), nullptr,
+                             z.cx, dx.data_ptr<float>()); });
     }
     torch::Tensor dseed;
     if (has_seed) {
       torch::Tensor sum = BlockedBuffer(1, h, H, W);
-      bk::SumOverBatch(ViewOf(dx1, N, h, H, W), ViewOf(sum, 1, h, H, W));
+      Timed("layout copies, seed sum and broadcast", [&] { bk::SumOverBatch(ViewOf(dx1, N, h, H, W), ViewOf(sum, 1, h, H, W)); });
       const ConvKey key{1, z.s, h, H, W, false, false, winograd};
       torch::Tensor dw1s =
           ConvBackwardWeights(key, seed_blocked.data_ptr(), sum.data_ptr<float>()).first;
@@ -499,7 +544,7 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
         ConvBackwardData(key, sum.data_ptr<float>(), Contiguous(p[0].narrow(1, 0, z.s)),
                          dseed_blocked.data_ptr<float>());
         dseed = torch::empty({z.s, H, W});
-        bk::ToPlain(ViewOf(dseed_blocked, 1, z.s, H, W), dseed.data_ptr<float>());
+        Timed("layout copies, seed sum and broadcast", [&] { bk::ToPlain(ViewOf(dseed_blocked, 1, z.s, H, W), dseed.data_ptr<float>()); });
       }
     } else {
       grads[0] = dw1x;
@@ -515,6 +560,21 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
 }  // namespace
 
 bool OneDnnUNetBuilt() { return true; }
+
+void SetUNetProfiling(bool on) {
+  std::lock_guard<std::mutex> lock(profile_mutex);
+  profile.clear();
+  profiling.store(on);
+}
+
+std::vector<UNetProfileEntry> UNetProfile() {
+  std::lock_guard<std::mutex> lock(profile_mutex);
+  std::vector<UNetProfileEntry> out;
+  for (const auto& [part, v] : profile) out.push_back({part, v.first, v.second});
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  return out;
+}
 
 bool UseOneDnnUNet(TrunkKernels kernels, const torch::Tensor& x) {
   if (kernels == TrunkKernels::kLibTorch || !at::GradMode::is_enabled()) return false;

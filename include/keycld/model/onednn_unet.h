@@ -9,7 +9,9 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/types.h>
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "keycld/model/unet.h"
 #include "keycld/util/names.h"
@@ -36,6 +38,21 @@ struct NameTable<TrunkKernels> {
 
 /// Whether this build has the fused path (compiled against oneDNN 2.x, libdnnl-dev).
 bool OneDnnUNetBuilt();
+
+/// One part of the fused U-Net's time (SetUNetProfiling): the oneDNN convolutions by pass, our
+/// kernels by operator.
+struct UNetProfileEntry {
+  std::string part;
+  double seconds = 0;  ///< wall time summed over calls
+  int64_t calls = 0;
+};
+
+/// Starts (on = true) or stops recording the fused U-Net's time per part, clearing what was
+/// recorded (build/train_bench with KEYCLD_UNET_PROFILE=1; docs/benchmarks.md). Off by default:
+/// then a part costs one atomic load.
+void SetUNetProfiling(bool on);
+/// The recorded parts, longest first.
+std::vector<UNetProfileEntry> UNetProfile();
 
 /// Whether OneDnnUNetForward runs for this call: kernels is kOneDnn or kWinograd, the build has
 /// it, grad mode is on, autocast is off, and x and every parameter are float32 CPU tensors.
