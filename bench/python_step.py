@@ -2,10 +2,10 @@
 
 One step on one sequence, as keycld's (docs/method.md §3–§6, bench/train_bench.cc): the keypoint
 estimator with per-frame dihedral augmentation, the spatial softmax, the dynamics loss (central
-differences projected on the constraints, P = 4 explicit Euler steps of the constrained
-Lagrangian from every start), the renderer, the heatmap BCE, backward, element-wise gradient
-clipping at 5 and Adam with the perception (3e-4) and dynamics (6e-5) groups. Nothing is
-tuned: modules from torch.nn, the obvious tensor code.
+differences projected on the constraints, P = 4 explicit Euler steps, or RK4 with --integrator
+rk4, of the constrained Lagrangian from every start), the renderer, the heatmap BCE, backward,
+element-wise gradient clipping at 5 and Adam with the perception (3e-4) and dynamics (6e-5)
+groups. Nothing is tuned: modules from torch.nn, the obvious tensor code.
 
     /usr/bin/python3 bench/python_step.py                      # both settings, this step alone
     /usr/bin/python3 bench/python_step.py --compare build/train_bench   # and keycld's, the ratio
@@ -29,6 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 GROUPS = 8  # GroupNorm groups of every block
+A_MAX = 1000.0  # the cpu-quick presets' max_acceleration, applied with --integrator rk4
 NORM_EPS2 = 1e-12  # added to squared norms in the constraints (regularised norm)
 
 
@@ -152,8 +153,9 @@ def jacobian_and_curvature(env, x, v):
 
 
 class KeyCLD(nn.Module):
-    def __init__(self, env, k, a, h, size, sigma=0.1, dt=0.02):
+    def __init__(self, env, k, a, h, size, sigma=0.1, dt=0.02, integrator="euler"):
         super().__init__()
+        self.integrator = integrator
         self.estimator = Estimator(k, h)
         self.renderer = Renderer(k, h, size, sigma)
         self.potential = Wrapped(Mlp(2 * k, h, 1))
@@ -192,6 +194,26 @@ class KeyCLD(nn.Module):
         mu = torch.linalg.solve(lhs, d @ v.unsqueeze(-1))  # [B, C, 1]
         return v - (d.transpose(1, 2) @ mu).squeeze(-1)
 
+    def bounded_acceleration(self, x, v, u):  # each keypoint's acceleration at most A_MAX
+        a = self.acceleration(x, v, u).view(x.shape[0], self.k, 2)
+        norm = a.norm(dim=2, keepdim=True)
+        return (a * (A_MAX / norm.clamp_min(1e-30)).clamp_max(1.0)).view(x.shape[0], 2 * self.k)
+
+    def step(self, x, v, u):
+        dt = self.dt
+        if self.integrator == "euler":  # the paper's
+            return x + dt * v, v + dt * self.acceleration(x, v, u)
+        f = self.bounded_acceleration  # classical RK4 on (x, v), as the cpu-quick presets
+        a1 = f(x, v, u)
+        a2 = f(x + dt / 2 * v, v + dt / 2 * a1, u)
+        v2 = v + dt / 2 * a1
+        a3 = f(x + dt / 2 * v2, v + dt / 2 * a2, u)
+        v3 = v + dt / 2 * a2
+        a4 = f(x + dt * v3, v + dt * a3, u)
+        v4 = v + dt * a3
+        return (x + dt / 6 * (v + 2 * v2 + 2 * v3 + v4),
+                v + dt / 6 * (a1 + 2 * a2 + 2 * a3 + a4))
+
     def loss(self, images, u, ids, horizon=4):
         n = images.shape[0]
         p, keypoints = self.encode(images, ids)
@@ -200,8 +222,8 @@ class KeyCLD(nn.Module):
         x0 = x[1:1 + s]
         v0 = self.project(x0, (x[2:2 + s] - x[0:s]) / (2 * self.dt))
         predicted, target, xs, vs = [x0], [x0], x0, v0
-        for j in range(1, horizon + 1):  # explicit Euler, one step per frame
-            xs, vs = xs + self.dt * vs, vs + self.dt * self.acceleration(xs, vs, u)
+        for j in range(1, horizon + 1):  # one integrator step per frame
+            xs, vs = self.step(xs, vs, u)
             predicted.append(xs)
             target.append(x[1 + j:1 + j + s])
         l_dyn = (torch.stack(predicted, 1) - torch.stack(target, 1)).square().sum()
@@ -233,11 +255,11 @@ def dihedral_inverse(img, t):
 SETTINGS = {"paper": (64, 32), "cpu-quick": (32, 16)}  # image size, h
 
 
-def time_python_step(size, hidden, frames, env, repeats):
+def time_python_step(size, hidden, frames, env, repeats, integrator="euler"):
     torch.manual_seed(0)
     k = 1 if env == "pendulum" else 2
     a = 1 if env == "pendulum" else 2
-    model = KeyCLD(env, k, a, hidden, size)
+    model = KeyCLD(env, k, a, hidden, size, integrator=integrator)
     adam = torch.optim.Adam([{"params": model.perception_parameters(), "lr": 3e-4},
                              {"params": model.dynamics_parameters(), "lr": 6e-5}])
     images = torch.rand(frames, 3, size, size)
@@ -265,10 +287,11 @@ def time_python_step(size, hidden, frames, env, repeats):
 KERNELS = {"libtorch": 0, "onednn": 1, "winograd": 2}  # train_bench's last argument
 
 
-def time_keycld_step(bench, size, hidden, frames, threads, repeats, kernels="winograd"):
-    """keycld's BM_TrainStep at the same setting (fp32, keycld model, U-Net `kernels`), the times
-    of its repetitions."""
-    name = f"BM_TrainStep/{size}/{hidden}/{frames}/0/{threads}/0/0/{KERNELS[kernels]}/"
+def time_keycld_step(bench, size, hidden, frames, threads, repeats, kernels="winograd",
+                     rk4=False):
+    """keycld's BM_TrainStep at the same setting (fp32, keycld model, U-Net `kernels`, Euler or
+    RK4), the times of its repetitions."""
+    name = f"BM_TrainStep/{size}/{hidden}/{frames}/0/{threads}/0/0/{KERNELS[kernels]}/{rk4:d}/"
     out = subprocess.run([bench, f"--benchmark_filter=^{name}", "--benchmark_format=json",
                           f"--benchmark_repetitions={repeats}", "--benchmark_min_time=0.5"],
                          capture_output=True, text=True, check=True).stdout
@@ -342,6 +365,9 @@ def main():
     parser.add_argument("--kernels", default="winograd,libtorch",
                         help="keycld's U-Net kernels to time with --compare (comma-separated: "
                              "winograd, onednn, libtorch; docs/benchmarks.md)")
+    parser.add_argument("--integrator", default="euler", choices=["euler", "rk4"],
+                        help="the dynamics loss's integrator: euler (the paper's) or rk4 with "
+                             "max_acceleration 1000 (the cpu-quick presets after warm-up)")
     parser.add_argument("--check", metavar="RUN", help="compare with keycld's loss on a run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -349,10 +375,11 @@ def main():
         worst, grad = check_against(args.check)
         sys.exit(0 if worst < 1e-6 and grad < 1e-5 else 1)
     print(f"torch {torch.__version__}, {args.threads} threads, {args.frames} frames, {args.env}, "
-          f"medians of {args.repeats} steps")
+          f"{args.integrator}, medians of {args.repeats} steps")
     for name in args.settings.split(","):
         size, hidden = SETTINGS[name]
-        py = statistics.median(time_python_step(size, hidden, args.frames, args.env, args.repeats))
+        py = statistics.median(time_python_step(size, hidden, args.frames, args.env, args.repeats,
+                                                args.integrator))
         line = f"{name:10s} {size}px h={hidden}: python {py:.3f} s/step"
         if args.compare:
             if args.env != "pendulum":
@@ -361,7 +388,8 @@ def main():
                 if kernels not in KERNELS:
                     sys.exit(f"python_step: --kernels {kernels}: expected one of {sorted(KERNELS)}")
                 cpp = statistics.median(time_keycld_step(args.compare, size, hidden, args.frames,
-                                                         args.threads, args.repeats, kernels))
+                                                         args.threads, args.repeats, kernels,
+                                                         args.integrator == "rk4"))
                 line += f"; keycld ({kernels}) {cpp:.3f} s/step, {py / cpp:.2f}x faster"
         print(line, flush=True)
 

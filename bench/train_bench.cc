@@ -5,8 +5,10 @@
 // Run: build/train_bench [--benchmark_filter=...]; the threads argument is LibTorch's
 // intra-op thread count.
 #include <benchmark/benchmark.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 
@@ -21,7 +23,18 @@ namespace {
 
 // Args: image size, hidden width h, frames N, environment (0 pendulum, 1 cartpole), threads,
 // model (0 keycld, 1 keycld-nc, 2 node2), precision (0 fp32, 1 bf16 autocast), U-Net kernels
-// (0 libtorch, 1 onednn, 2 winograd; model/onednn_unet.h).
+// (0 libtorch, 1 onednn, 2 winograd; model/onednn_unet.h), the dynamics loss's integrator
+// (0 the paper's explicit Euler, 1 RK4 with the cpu-quick presets' max_acceleration 1000).
+// The loss options of integrator argument `which` (0 euler, 1 rk4 as the cpu-quick presets).
+LossOptions BenchLossOptions(int64_t which) {
+  LossOptions options;
+  if (which == 1) {
+    options.integrator = IntegratorMethod::kRk4;
+    options.max_acceleration = 1000.0;
+  }
+  return options;
+}
+
 void BM_TrainStep(benchmark::State& state) {
   torch::set_num_threads(int(state.range(4)));
   torch::manual_seed(0);
@@ -56,8 +69,9 @@ void BM_TrainStep(benchmark::State& state) {
   torch::Tensor images = torch::rand({N, 3, S, S});
   torch::Tensor u = torch::zeros({spec.action_dim});
   torch::Tensor ids = torch::randint(0, 8, {N}, torch::kInt64);
+  const LossOptions options = BenchLossOptions(state.range(8));
   auto step = [&] {
-    LossTerms loss = SequenceLoss(model, images, u, ids, {});
+    LossTerms loss = SequenceLoss(model, images, u, ids, options);
     adam.zero_grad();
     loss.total.backward();
     for (auto& p : model->parameters())
@@ -68,6 +82,12 @@ void BM_TrainStep(benchmark::State& state) {
   // KEYCLD_UNET_PROFILE=1: the fused U-Net's time per part, printed after the case.
   const bool profile = std::getenv("KEYCLD_UNET_PROFILE") != nullptr;
   if (profile) SetUNetProfiling(true);
+  if (const char* trace = std::getenv("KEYCLD_TORCH_PROFILE")) {
+    // LibTorch's operator profiler over 10 steps, a chrome://tracing file (summed per operator
+    // by bench/trace_summary.py).
+    torch::autograd::profiler::RecordProfile record{std::string(trace)};
+    for (int i = 0; i < 10; ++i) step();
+  }
   for (auto _ : state) step();
   if (profile) {
     const double steps = double(state.iterations());
@@ -86,30 +106,64 @@ void BM_TrainStep(benchmark::State& state) {
   state.SetLabel(spec.model + " " + EnvNameString(spec.env) + " " + std::to_string(S) +
                  "px h=" + std::to_string(spec.hidden) + " N=" + std::to_string(N) +
                  " threads=" + std::to_string(state.range(4)) + " " + PrecisionName(precision) + " " +
-                 NameOf(kernels));
+                 NameOf(kernels) + " " + IntegratorMethodString(options.integrator));
 }
 BENCHMARK(BM_TrainStep)
-    ->Args({64, 32, 50, 0, 2, 0, 0, 2})  // the paper's setting (default kernels: Winograd)
-    ->Args({64, 32, 50, 0, 2, 0, 0, 1})  // fused oneDNN U-Net, direct convolutions
-    ->Args({64, 32, 50, 0, 2, 0, 0, 0})  // LibTorch's modules
-    ->Args({64, 32, 50, 0, 1, 0, 0, 2})
-    ->Args({64, 32, 50, 0, 2, 0, 1, 0})  // bf16 (autocast: LibTorch's modules)
-    ->Args({32, 16, 50, 0, 2, 0, 0, 2})  // CPU quick preset, each variant
-    ->Args({32, 16, 50, 0, 2, 0, 0, 1})
-    ->Args({32, 16, 50, 0, 2, 0, 0, 0})
-    ->Args({32, 16, 50, 0, 2, 1, 0, 2})
-    ->Args({32, 16, 50, 0, 2, 2, 0, 2})
-    ->Args({32, 16, 50, 0, 2, 0, 1, 0})  // bf16
-    ->Args({32, 16, 50, 1, 2, 0, 0, 2})
-    ->Args({32, 16, 50, 1, 2, 1, 0, 2})
-    ->Args({32, 16, 50, 1, 2, 2, 0, 2})
-    ->Args({64, 16, 50, 0, 2, 0, 0, 2})  // 64 px, h = 16
-    ->Args({64, 16, 50, 0, 2, 0, 0, 0})
-    ->Args({64, 8, 50, 0, 2, 0, 0, 2})  // 64 px, h = 8
-    ->Args({64, 8, 50, 0, 2, 0, 0, 0})
+    ->Args({64, 32, 50, 0, 2, 0, 0, 2, 0})  // the paper's setting (default kernels: Winograd)
+    ->Args({64, 32, 50, 0, 2, 0, 0, 1, 0})  // fused oneDNN U-Net, direct convolutions
+    ->Args({64, 32, 50, 0, 2, 0, 0, 0, 0})  // LibTorch's modules
+    ->Args({64, 32, 50, 0, 1, 0, 0, 2, 0})
+    ->Args({64, 32, 50, 0, 2, 0, 1, 0, 0})  // bf16 (autocast: LibTorch's modules)
+    ->Args({32, 16, 50, 0, 2, 0, 0, 2, 0})  // CPU quick preset, each variant
+    ->Args({32, 16, 50, 0, 2, 0, 0, 2, 1})  // ... with RK4, the main job's loss after epoch 3
+    ->Args({32, 16, 50, 0, 2, 0, 0, 1, 0})
+    ->Args({32, 16, 50, 0, 2, 0, 0, 0, 0})
+    ->Args({32, 16, 50, 0, 2, 1, 0, 2, 0})
+    ->Args({32, 16, 50, 0, 2, 2, 0, 2, 0})
+    ->Args({32, 16, 50, 0, 2, 0, 1, 0, 0})  // bf16
+    ->Args({32, 16, 50, 1, 2, 0, 0, 2, 0})
+    ->Args({32, 16, 50, 1, 2, 1, 0, 2, 0})
+    ->Args({32, 16, 50, 1, 2, 2, 0, 2, 0})
+    ->Args({64, 16, 50, 0, 2, 0, 0, 2, 0})  // 64 px, h = 16
+    ->Args({64, 16, 50, 0, 2, 0, 0, 0, 0})
+    ->Args({64, 8, 50, 0, 2, 0, 0, 2, 0})  // 64 px, h = 8
+    ->Args({64, 8, 50, 0, 2, 0, 0, 0, 0})
     ->Unit(benchmark::kSecond)
     ->UseRealTime()
     ->MinTime(5.0);
+
+// The dynamics term alone (DynamicsLoss, forward and backward into the keypoints and the
+// dynamics weights) for 50 frames of random keypoints: the part of the step that is many small
+// operations. Args: environment (0 pendulum, 1 cartpole, 2 acrobot), integrator (as above),
+// threads.
+void BM_DynamicsLoss(benchmark::State& state) {
+  torch::set_num_threads(int(state.range(2)));
+  torch::manual_seed(0);
+  ModelSpec spec;
+  spec.env = std::array{EnvName::kPendulum, EnvName::kCartpole, EnvName::kAcrobot}[state.range(0)];
+  spec.num_keypoints = KeypointCount(spec.env);
+  spec.action_dim = spec.env == EnvName::kPendulum ? 1 : 2;
+  spec.image_size = 32;
+  spec.hidden = 16;
+  spec.dt = 0.02;
+  Model model = CreateModel(spec);
+  const LossOptions options = BenchLossOptions(state.range(1));
+  const torch::Tensor leaf = (torch::rand({50, 2 * spec.num_keypoints}) - 0.5).requires_grad_();
+  const torch::Tensor u = torch::zeros({spec.action_dim});
+  auto step = [&] {
+    DynamicsLoss(model, leaf, u, options).backward();
+    leaf.mutable_grad().reset();
+    model->zero_grad();
+  };
+  step();
+  for (auto _ : state) step();
+  state.SetLabel(EnvNameString(spec.env) + " " + IntegratorMethodString(options.integrator) +
+                 " threads=" + std::to_string(state.range(2)));
+}
+BENCHMARK(BM_DynamicsLoss)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace keycld

@@ -2,7 +2,6 @@
 #include "keycld/model/mechanics.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/init.h>
 
 #include <cmath>
@@ -67,6 +66,22 @@ torch::Tensor CeluMlpImpl::forward(const torch::Tensor& x) {
   return y;
 }
 
+torch::Tensor CeluMlpImpl::InputGradient(const torch::Tensor& x) {
+  // Forward pass keeping the pre-activations z_i of the hidden layers.
+  std::vector<torch::Tensor> z;
+  torch::Tensor y = x;
+  for (size_t i = 0; i + 1 < layers_.size(); ++i) {
+    z.push_back(layers_[i]->forward(y));
+    y = at::celu(z.back());
+  }
+  // Backward by hand: g = Σ_out W_last, then g ← (g ⊙ celu'(z_i)) W_i down to the input.
+  torch::Tensor g = layers_.back()->weight.sum(0);  // [h_last] (or [in] without hidden layers)
+  for (size_t i = z.size(); i-- > 0;) {
+    g = at::matmul(g * z[i].clamp_max(0).exp(), layers_[i]->weight);
+  }
+  return z.empty() ? g.expand_as(x) : g;
+}
+
 PotentialEnergyImpl::PotentialEnergyImpl(int64_t num_keypoints, int64_t hidden, DenseInit init)
     : num_keypoints_(num_keypoints) {
   if (num_keypoints < 1 || hidden < 1) {
@@ -84,15 +99,7 @@ torch::Tensor PotentialEnergyImpl::forward(const torch::Tensor& x) {
 
 torch::Tensor PotentialGradient(const PotentialEnergy& potential, const torch::Tensor& x) {
   CheckState(x, potential->num_keypoints(), "PotentialGradient");
-  const bool keep_graph = at::GradMode::is_enabled();
-  at::AutoGradMode enable_grad(true);
-  // Differentiate with respect to x itself when it carries history, so the gradient flows on.
-  torch::Tensor input = (keep_graph && x.requires_grad()) ? x : x.detach().requires_grad_(true);
-  torch::Tensor energy = potential.ptr()->forward(input).sum();
-  torch::Tensor grad = torch::autograd::grad({energy}, {input}, /*grad_outputs=*/{},
-                                             /*retain_graph=*/keep_graph,
-                                             /*create_graph=*/keep_graph)[0];
-  return keep_graph ? grad : grad.detach();
+  return potential.ptr()->mlp()->InputGradient(x);
 }
 
 InputMatrixImpl::InputMatrixImpl(int64_t num_keypoints, int64_t action_dim, int64_t hidden,

@@ -5,37 +5,40 @@
 
 namespace keycld {
 
-LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::Tensor& u,
-                       const torch::Tensor& transform_ids, const LossOptions& options) {
-  const ModelSpec& spec = model->spec();
+namespace {
+
+// Throws InputError unless a sequence of N frames and the options suit the dynamics loss.
+void CheckDynamicsLoss(const char* who, int64_t N, const LossOptions& options) {
   const int64_t P = options.horizon;
-  if (images.dim() != 4 || images.size(1) != 3 || images.size(2) != spec.image_size ||
-      images.size(3) != spec.image_size) {
-    throw InputError("SequenceLoss: images must be [N, 3, " + std::to_string(spec.image_size) +
-                     ", " + std::to_string(spec.image_size) + "]");
-  }
-  if (auto* own = dynamic_cast<OwnObjective*>(model.get())) {
-    return own->SequenceLoss(images, u, options);
-  }
-  const int64_t N = images.size(0);
   if (N < P + 2) {
-    throw InputError("SequenceLoss: a sequence of " + std::to_string(N) +
+    throw InputError(std::string(who) + ": a sequence of " + std::to_string(N) +
                      " frames is too short for horizon " + std::to_string(P) + " (need ≥ P + 2)");
   }
   if (!IsFixedStep(options.integrator) || options.substeps < 1 ||
       !(options.max_acceleration >= 0)) {
-    throw InputError("SequenceLoss: integrator " + IntegratorMethodString(options.integrator) +
-                     " with " + std::to_string(options.substeps) + " substeps, max_acceleration " +
+    throw InputError(std::string(who) + ": integrator " +
+                     IntegratorMethodString(options.integrator) + " with " +
+                     std::to_string(options.substeps) + " substeps, max_acceleration " +
                      std::to_string(options.max_acceleration) +
                      " (expected euler, rk4 or verlet, substeps ≥ 1, max_acceleration ≥ 0)");
   }
+}
+
+}  // namespace
+
+torch::Tensor DynamicsLoss(Model& model, const torch::Tensor& x, const torch::Tensor& u,
+                           const LossOptions& options) {
+  const ModelSpec& spec = model->spec();
+  const int64_t P = options.horizon;
   const int64_t K = spec.num_keypoints;
+  if (x.dim() != 2 || x.size(1) != 2 * K) {
+    throw InputError("DynamicsLoss: keypoints must be [N, " + std::to_string(2 * K) + "]");
+  }
+  const int64_t N = x.size(0);
+  CheckDynamicsLoss("DynamicsLoss", N, options);
   const double dt = spec.dt;
 
-  Encoding enc = model->Encode(images, transform_ids);
-  torch::Tensor x = enc.keypoints.reshape({N, 2 * K});
-
-  // Dynamics loss: starts t = 1 … N−1−P (S of them), as one batch.
+  // Starts t = 1 … N−1−P (S of them), as one batch.
   const int64_t S = N - 1 - P;
   torch::Tensor x0 = x.slice(0, 1, 1 + S);
   torch::Tensor v0 = (x.slice(0, 2, 2 + S) - x.slice(0, 0, S)) / (2.0 * dt);
@@ -61,7 +64,25 @@ LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::T
     predicted.push_back(state.x);
     target.push_back(x.slice(0, 1 + j, 1 + j + S));
   }
-  torch::Tensor l_dyn = (torch::stack(predicted, 1) - torch::stack(target, 1)).square().sum();
+  return (torch::stack(predicted, 1) - torch::stack(target, 1)).square().sum();
+}
+
+LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::Tensor& u,
+                       const torch::Tensor& transform_ids, const LossOptions& options) {
+  const ModelSpec& spec = model->spec();
+  if (images.dim() != 4 || images.size(1) != 3 || images.size(2) != spec.image_size ||
+      images.size(3) != spec.image_size) {
+    throw InputError("SequenceLoss: images must be [N, 3, " + std::to_string(spec.image_size) +
+                     ", " + std::to_string(spec.image_size) + "]");
+  }
+  if (auto* own = dynamic_cast<OwnObjective*>(model.get())) {
+    return own->SequenceLoss(images, u, options);
+  }
+  const int64_t N = images.size(0);
+  CheckDynamicsLoss("SequenceLoss", N, options);
+  Encoding enc = model->Encode(images, transform_ids);
+  torch::Tensor l_dyn =
+      DynamicsLoss(model, enc.keypoints.reshape({N, 2 * spec.num_keypoints}), u, options);
 
   torch::Tensor rendered = model->Render(enc.keypoints);
   torch::Tensor l_rec = (images - rendered).square().sum() / double(N);

@@ -37,6 +37,11 @@ class CeluMlpImpl : public torch::nn::Module {
   CeluMlpImpl(int64_t in_features, std::vector<int64_t> hidden, int64_t out_features,
               DenseInit init = DenseInit::kPaper);
   torch::Tensor forward(const torch::Tensor& x);
+  /// ∂(Σ outputs)/∂x [..., in] at x [..., in], written out by the chain rule (no autograd
+  /// pass): Wᵢᵀ(celu'(zᵢ) ⊙ …) with celu'(z) = exp(min(z, 0)). Built of differentiable
+  /// operations, so under gradient mode the result carries its graph to the weights and to x
+  /// (the second derivatives the dynamics loss needs) without a double-backward pass.
+  torch::Tensor InputGradient(const torch::Tensor& x);
 
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
@@ -57,6 +62,7 @@ class PotentialEnergyImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   int64_t num_keypoints() const { return num_keypoints_; }
+  CeluMlp& mlp() { return mlp_; }
 
  private:
   int64_t num_keypoints_;
@@ -64,11 +70,12 @@ class PotentialEnergyImpl : public torch::nn::Module {
 };
 TORCH_MODULE(PotentialEnergy);
 
-/// ∇V(x) [..., 2K] of `potential` at states x [..., 2K], by autograd (each state's energy
-/// depends only on that state, so the gradient of the summed energy is the per-state
-/// gradient). When gradient mode is on, the result keeps its graph (create_graph), so a loss
-/// on it trains V's weights and, if x requires grad, flows back into x (and the estimator).
-/// Under torch::NoGradGuard it still works and returns a tensor without history.
+/// ∇V(x) [..., 2K] of `potential` at states x [..., 2K], by the chain rule through the MLP
+/// (CeluMlpImpl::InputGradient; each state's energy depends only on that state). When
+/// gradient mode is on, the result keeps its graph, so a loss on it trains V's weights and,
+/// if x requires grad, flows back into x (and the estimator). Under torch::NoGradGuard it
+/// returns a tensor without history. Equal to autograd's gradient (tests/mechanics_test.cc),
+/// at about a third of its cost in the dynamics loss (docs/benchmarks.md).
 torch::Tensor PotentialGradient(const PotentialEnergy& potential, const torch::Tensor& x);
 
 /// Input matrix B(x) (KeyCLD §3): CeluMlp 2K → h → h → 2K·A reshaped to [2K, A], so that the

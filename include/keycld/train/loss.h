@@ -52,6 +52,13 @@ class OwnObjective {
   virtual void InitialiseFromData(const torch::Tensor& mean_image) { (void)mean_image; }
 };
 
+/// The dynamics term L_dyn of one sequence (docs/method.md §6, steps 1–2 below) from its
+/// keypoints x float [N, 2K] (normalized image units), the constant action u [A]: a scalar,
+/// differentiable in x and the model's dynamics parameters. Throws InputError if x is not
+/// [N, 2K], N < P + 2, the integrator is dopri5 or substeps < 1.
+torch::Tensor DynamicsLoss(Model& model, const torch::Tensor& x, const torch::Tensor& u,
+                           const LossOptions& options);
+
 /// The loss of one sequence (docs/method.md §6): images float [N, 3, H, W] in [0, 1], the constant
 /// action u [A], per-frame dihedral transform ids int64 [N] (undefined = no augmentation).
 /// 1. keypoints x_t of every frame; central differences ẋ_t = (x_{t+1} − x_{t−1}) / (2Δt),
