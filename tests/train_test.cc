@@ -258,6 +258,40 @@ TEST(Train, AccelerationBoundOfTheDynamicsLoss) {
   EXPECT_THROW(SequenceLoss(m, images, u, {}, negative), InputError);
 }
 
+TEST(Train, DynamicsLossOfGivenKeypoints) {
+  // With the acceleration bound at 1e-12 every start moves at its central-difference velocity,
+  // so the loss is a closed form of the keypoints; and the term equals SequenceLoss's.
+  torch::manual_seed(6);
+  Model m = CreateModel(testing::TinyModelSpec(EnvName::kPendulum, "keycld-nc"));
+  const torch::Tensor x = torch::rand({10, 2}) - 0.5;
+  const torch::Tensor u = torch::zeros({1});
+  LossOptions tight;
+  tight.max_acceleration = 1e-12;
+  const torch::Tensor xd = x.to(torch::kFloat64);
+  double expected = 0;
+  for (int t = 1; t + 4 <= 9; ++t) {
+    const torch::Tensor v = (xd[t + 1] - xd[t - 1]) / (2 * 0.02);
+    for (int j = 1; j <= 4; ++j)
+      expected += (xd[t] + v * (j * 0.02) - xd[t + j]).square().sum().item<double>();
+  }
+  EXPECT_NEAR(DynamicsLoss(m, x, u, tight).item<double>(), expected, 1e-5 * expected);
+
+  testing::TempDir dir;
+  Dataset d = Dataset::Open(TinyData(dir.path()));
+  torch::Tensor images = ImagesToFloat(
+      torch::from_blob(d.ReadImages(2).data(), {10, 16, 16, 3}, torch::kUInt8).clone(),
+      torch::kCPU);
+  Model k = CreateModel(testing::TinyModelSpec(EnvName::kPendulum, "keycld"));
+  torch::NoGradGuard g;
+  LossOptions rk4;
+  rk4.integrator = IntegratorMethod::kRk4;
+  const torch::Tensor keypoints = k->Encode(images).keypoints.reshape({10, 2});
+  EXPECT_EQ(DynamicsLoss(k, keypoints, u, rk4).item<double>(),
+            SequenceLoss(k, images, u, {}, rk4).dynamics.item<double>());
+  EXPECT_THROW(DynamicsLoss(k, torch::rand({10, 3}), u, rk4), InputError);
+  EXPECT_THROW(DynamicsLoss(k, torch::rand({5, 2}), u, rk4), InputError);  // N < P + 2
+}
+
 TEST(Train, IntegratorAndWeightSchedules) {
   TrainConfig c;
   c.integrator = "rk4";
