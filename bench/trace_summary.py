@@ -49,13 +49,19 @@ def main():
     parser.add_argument("--steps", type=int, default=10, help="steps in the trace")
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args()
+    if args.steps < 1 or args.top < 1:
+        sys.exit("trace_summary: --steps and --top must be at least 1")
     try:
         with open(args.trace) as f:
             text = f.read().rstrip().rstrip(",")
         events = json.loads(text if text.endswith("]") else text + "]")
     except (OSError, ValueError) as error:
         sys.exit(f"trace_summary: cannot read {args.trace}: {error}")
+    if not isinstance(events, list):
+        sys.exit(f"trace_summary: {args.trace} is not a trace (expected a JSON list of events)")
     totals, wall = self_times(events)
+    if not totals:
+        sys.exit(f"trace_summary: {args.trace} holds no complete ('X') events")
     ops = sorted(totals.items(), key=lambda item: -item[1][0])
     calls = sum(c for _, (_, c) in ops)
     print(f"{args.steps} steps: {wall / 1e3 / args.steps:.2f} ms/step inside top-level operators, "

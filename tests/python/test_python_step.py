@@ -29,3 +29,36 @@ def test_the_python_dihedral_transforms_invert():
     for t in range(8):
         assert torch.equal(step.dihedral_inverse(step.dihedral(image, t), t), image)
     assert len({tuple(step.dihedral(image, t).flatten().tolist()) for t in range(8)}) == 8
+
+
+def test_the_python_rk4_step_is_exact_for_a_constant_acceleration():
+    step = load_python_step()
+    model = step.KeyCLD("pendulum", 1, 1, 8, 16, integrator="rk4")
+    a = torch.tensor([[0.3, -9.81]], dtype=torch.float64)
+    model.bounded_acceleration = lambda x, v, u: a.expand_as(x)
+    x = torch.tensor([[0.1, -0.4]], dtype=torch.float64)
+    v = torch.tensor([[1.5, 0.2]], dtype=torch.float64)
+    dt = model.dt
+    x1, v1 = model.step(x, v, None)
+    assert torch.allclose(x1, x + v * dt + a * dt**2 / 2, rtol=0, atol=1e-15)
+    assert torch.allclose(v1, v + a * dt, rtol=0, atol=1e-15)
+
+
+def test_trace_summary_counts_self_time_of_nested_operators():
+    spec = importlib.util.spec_from_file_location("trace_summary",
+                                                  ROOT / "bench" / "trace_summary.py")
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+
+    def event(name, ts, dur, tid=1):
+        return {"name": name, "ph": "X", "ts": ts, "dur": dur, "tid": tid, "pid": "CPU"}
+
+    # A [0, 100) holds B [10, 40) (which holds C [15, 25)) and D [50, 60); E [200, 230) alone;
+    # F on another thread.
+    events = [event("A", 0, 100), event("B", 10, 30), event("C", 15, 10), event("D", 50, 10),
+              event("E", 200, 30), event("F", 5, 7, tid=2), {"ph": "M", "name": "meta"}]
+    totals, wall = summary.self_times(events)
+    assert {name: t for name, (t, _) in totals.items()} == {
+        "A": 60, "B": 20, "C": 10, "D": 10, "E": 30, "F": 7}
+    assert all(calls == 1 for _, calls in totals.values())
+    assert wall == 100 + 30 + 7
