@@ -105,8 +105,8 @@ void BM_TrainStep(benchmark::State& state) {
   state.counters["GFLOP/step"] = flops * 1e-9;
   state.SetLabel(spec.model + " " + EnvNameString(spec.env) + " " + std::to_string(S) +
                  "px h=" + std::to_string(spec.hidden) + " N=" + std::to_string(N) +
-                 " threads=" + std::to_string(state.range(4)) + " " + PrecisionName(precision) + " " +
-                 NameOf(kernels) + " " + IntegratorMethodString(options.integrator));
+                 " threads=" + std::to_string(state.range(4)) + " " + PrecisionName(precision) +
+                 " " + NameOf(kernels) + " " + IntegratorMethodString(options.integrator));
 }
 BENCHMARK(BM_TrainStep)
     ->Args({64, 32, 50, 0, 2, 0, 0, 2, 0})  // the paper's setting (default kernels: Winograd)

@@ -227,68 +227,60 @@ void GroupNormReluBackward(const View& dy, const View& x, const float* gamma, co
   }
 }
 
+// Runs fn(i, cb) for every sample i < n and channel block cb < blocks, in parallel.
+template <typename Fn>
+void ForEachSampleBlock(int64_t n, int64_t blocks, const Fn& fn) {
+  at::parallel_for(0, n * blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) fn(k / blocks, k % blocks);
+  });
+}
+
 void MaxPool2Forward(const View& x, const View& y) {
   CheckPoolShapes(x, y, "MaxPool2Forward");
-  const int64_t B = x.blocks();
-  at::parallel_for(0, x.n * B, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      const int64_t i = k / B, cb = k % B;
-      const float* xs = x.sample(i) + cb * x.block_stride();
-      float* ys = y.sample(i) + cb * y.block_stride();
-      for (int64_t oy = 0; oy < y.h; ++oy) {
-        Kernels().PoolRow(xs + 2 * oy * x.w * L, xs + (2 * oy + 1) * x.w * L, y.w,
-                          ys + oy * y.w * L);
-      }
+  ForEachSampleBlock(x.n, x.blocks(), [&](int64_t i, int64_t cb) {
+    const float* xs = x.sample(i) + cb * x.block_stride();
+    float* ys = y.sample(i) + cb * y.block_stride();
+    for (int64_t oy = 0; oy < y.h; ++oy) {
+      Kernels().PoolRow(xs + 2 * oy * x.w * L, xs + (2 * oy + 1) * x.w * L, y.w,
+                        ys + oy * y.w * L);
     }
   });
 }
 
 void MaxPool2BackwardAccumulate(const View& dy, const View& x, const View& dx) {
   CheckPoolShapes(x, dy, "MaxPool2BackwardAccumulate");
-  const int64_t B = x.blocks();
-  at::parallel_for(0, x.n * B, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      const int64_t i = k / B, cb = k % B;
-      const float* xs = x.sample(i) + cb * x.block_stride();
-      const float* gs = dy.sample(i) + cb * dy.block_stride();
-      float* ds = dx.sample(i) + cb * dx.block_stride();
-      for (int64_t oy = 0; oy < dy.h; ++oy) {
-        Kernels().PoolBackwardRow(xs + 2 * oy * x.w * L, xs + (2 * oy + 1) * x.w * L,
-                                  gs + oy * dy.w * L, dy.w, ds + 2 * oy * x.w * L,
-                                  ds + (2 * oy + 1) * x.w * L);
-      }
+  ForEachSampleBlock(x.n, x.blocks(), [&](int64_t i, int64_t cb) {
+    const float* xs = x.sample(i) + cb * x.block_stride();
+    const float* gs = dy.sample(i) + cb * dy.block_stride();
+    float* ds = dx.sample(i) + cb * dx.block_stride();
+    for (int64_t oy = 0; oy < dy.h; ++oy) {
+      Kernels().PoolBackwardRow(xs + 2 * oy * x.w * L, xs + (2 * oy + 1) * x.w * L,
+                                gs + oy * dy.w * L, dy.w, ds + 2 * oy * x.w * L,
+                                ds + (2 * oy + 1) * x.w * L);
     }
   });
 }
 
 void Upsample2Forward(const View& x, const View& y) {
   CheckPoolShapes(y, x, "Upsample2Forward");
-  const int64_t B = x.blocks();
-  at::parallel_for(0, x.n * B, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      const int64_t i = k / B, cb = k % B;
-      const float* xs = x.sample(i) + cb * x.block_stride();
-      float* ys = y.sample(i) + cb * y.block_stride();
-      for (int64_t iy = 0; iy < x.h; ++iy) {
-        Kernels().UpsampleRow(xs + iy * x.w * L, x.w, ys + 2 * iy * y.w * L,
-                              ys + (2 * iy + 1) * y.w * L);
-      }
+  ForEachSampleBlock(x.n, x.blocks(), [&](int64_t i, int64_t cb) {
+    const float* xs = x.sample(i) + cb * x.block_stride();
+    float* ys = y.sample(i) + cb * y.block_stride();
+    for (int64_t iy = 0; iy < x.h; ++iy) {
+      Kernels().UpsampleRow(xs + iy * x.w * L, x.w, ys + 2 * iy * y.w * L,
+                            ys + (2 * iy + 1) * y.w * L);
     }
   });
 }
 
 void Upsample2Backward(const View& dy, const View& dx) {
   CheckPoolShapes(dy, dx, "Upsample2Backward");
-  const int64_t B = dx.blocks();
-  at::parallel_for(0, dx.n * B, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      const int64_t i = k / B, cb = k % B;
-      const float* gs = dy.sample(i) + cb * dy.block_stride();
-      float* ds = dx.sample(i) + cb * dx.block_stride();
-      for (int64_t iy = 0; iy < dx.h; ++iy) {
-        Kernels().UpsampleBackwardRow(gs + 2 * iy * dy.w * L, gs + (2 * iy + 1) * dy.w * L, dx.w,
-                                      ds + iy * dx.w * L);
-      }
+  ForEachSampleBlock(dx.n, dx.blocks(), [&](int64_t i, int64_t cb) {
+    const float* gs = dy.sample(i) + cb * dy.block_stride();
+    float* ds = dx.sample(i) + cb * dx.block_stride();
+    for (int64_t iy = 0; iy < dx.h; ++iy) {
+      Kernels().UpsampleBackwardRow(gs + 2 * iy * dy.w * L, gs + (2 * iy + 1) * dy.w * L, dx.w,
+                                    ds + iy * dx.w * L);
     }
   });
 }

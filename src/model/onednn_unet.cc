@@ -350,18 +350,23 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     torch::Tensor seed_blocked;
     if (has_seed) {
       seed_blocked = BlockedBuffer(1, z.s, H, W);
-      Timed("layout copies, seed sum and broadcast", [&] { bk::FromPlain(Contiguous(seed).data_ptr<float>(), ViewOf(seed_blocked, 1, z.s, H, W)); });
+      Timed("layout copies, seed sum and broadcast", [&] {
+        bk::FromPlain(Contiguous(seed).data_ptr<float>(), ViewOf(seed_blocked, 1, z.s, H, W));
+      });
       torch::Tensor seed_out = BlockedBuffer(1, h, H, W);
       ConvForward({1, z.s, h, H, W, false, false, winograd}, seed_blocked.data_ptr<float>(),
                   Contiguous(p[0].narrow(1, 0, z.s)), {}, seed_out.data_ptr<float>());
-      Timed("layout copies, seed sum and broadcast", [&] { bk::AddToEverySample(ViewOf(x1, N, h, H, W), ViewOf(seed_out, 1, h, H, W)); });
+      Timed("layout copies, seed sum and broadcast",
+            [&] { bk::AddToEverySample(ViewOf(x1, N, h, H, W), ViewOf(seed_out, 1, h, H, W)); });
     }
     torch::Tensor stats = Buffer(kBlocks * 2 * N * bk::kLanes, false);  // mean, rstd per block
     auto mean = [&](int b) { return stats.data_ptr<float>() + (2 * b) * N * 8; };
     auto rstd = [&](int b) { return stats.data_ptr<float>() + (2 * b + 1) * N * 8; };
     auto gn = [&](int b, const bk::View& in, const bk::View& out) {
-      Timed("GroupNorm + ReLU, forward", [&] { bk::GroupNormReluForward(in, p[4 * b + 2].data_ptr<float>(), p[4 * b + 3].data_ptr<float>(),
-                               kBlockGroups, eps, out, mean(b), rstd(b)); });
+      Timed("GroupNorm + ReLU, forward", [&] {
+        bk::GroupNormReluForward(in, p[4 * b + 2].data_ptr<float>(), p[4 * b + 3].data_ptr<float>(),
+                                 kBlockGroups, eps, out, mean(b), rstd(b));
+      });
     };
     torch::Tensor cat5 = BlockedBuffer(N, 3 * h, H, W);
     const bk::View cat5_v = ViewOf(cat5, N, 3 * h, H, W);
@@ -386,7 +391,9 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     {
       torch::Tensor a3 = BlockedBuffer(N, 4 * h, H4, W4);
       gn(2, ViewOf(x3, N, 4 * h, H4, W4), ViewOf(a3, N, 4 * h, H4, W4));
-      Timed("upsampling, forward", [&] { bk::Upsample2Forward(ViewOf(a3, N, 4 * h, H4, W4), bk::Channels(cat4_v, 0, 4 * h)); });
+      Timed("upsampling, forward", [&] {
+        bk::Upsample2Forward(ViewOf(a3, N, 4 * h, H4, W4), bk::Channels(cat4_v, 0, 4 * h));
+      });
     }
     torch::Tensor x4 = BlockedBuffer(N, 2 * h, H2, W2);
     ConvForward({N, 6 * h, 2 * h, H2, W2, false, true, winograd}, cat4.data_ptr<float>(), p[12],
@@ -394,7 +401,9 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     {
       torch::Tensor a4 = BlockedBuffer(N, 2 * h, H2, W2);
       gn(3, ViewOf(x4, N, 2 * h, H2, W2), ViewOf(a4, N, 2 * h, H2, W2));
-      Timed("upsampling, forward", [&] { bk::Upsample2Forward(ViewOf(a4, N, 2 * h, H2, W2), bk::Channels(cat5_v, 0, 2 * h)); });
+      Timed("upsampling, forward", [&] {
+        bk::Upsample2Forward(ViewOf(a4, N, 2 * h, H2, W2), bk::Channels(cat5_v, 0, 2 * h));
+      });
     }
     torch::Tensor x5 = BlockedBuffer(N, h, H, W);
     ConvForward({N, 3 * h, h, H, W, false, true, winograd}, cat5.data_ptr<float>(), p[16], p[17],
@@ -404,8 +413,10 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
 
     const int64_t O = p[20].size(0);
     torch::Tensor out = torch::empty({N, O, H, W});
-    Timed("head / input-gradient convolution (own kernel)", [&] { bk::ConvToPlainForward(ViewOf(a5, N, h, H, W), p[20].data_ptr<float>(), p[21].data_ptr<float>(),
-                           O, out.data_ptr<float>()); });
+    Timed("head / input-gradient convolution (own kernel)", [&] {
+      bk::ConvToPlainForward(ViewOf(a5, N, h, H, W), p[20].data_ptr<float>(),
+                             p[21].data_ptr<float>(), O, out.data_ptr<float>());
+    });
 
     std::vector<torch::Tensor> saved{seed, x};
     saved.insert(saved.end(), params.begin(), params.end());
@@ -451,10 +462,12 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     auto gn_back = [&](int b, const bk::View& dy, const bk::View& xin, const bk::View& dx) {
       grads[4 * b + 2] = torch::empty_like(p[4 * b + 2]);
       grads[4 * b + 3] = torch::empty_like(p[4 * b + 3]);
-      Timed("GroupNorm + ReLU, backward", [&] { bk::GroupNormReluBackward(dy, xin, p[4 * b + 2].data_ptr<float>(),
-                                p[4 * b + 3].data_ptr<float>(), kBlockGroups, mean(b), rstd(b), dx,
-                                grads[4 * b + 2].data_ptr<float>(),
-                                grads[4 * b + 3].data_ptr<float>()); });
+      Timed("GroupNorm + ReLU, backward", [&] {
+        bk::GroupNormReluBackward(dy, xin, p[4 * b + 2].data_ptr<float>(),
+                                  p[4 * b + 3].data_ptr<float>(), kBlockGroups, mean(b), rstd(b),
+                                  dx, grads[4 * b + 2].data_ptr<float>(),
+                                  grads[4 * b + 3].data_ptr<float>());
+      });
     };
     auto conv_back = [&](int b, const ConvKey& key, const torch::Tensor& in, const float* dy,
                          float* din) {
@@ -469,8 +482,10 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     // Head: weights by our kernel, input gradient as a convolution of dout (plain source).
     grads[20] = torch::empty_like(p[20]);
     grads[21] = torch::empty_like(p[21]);
-    Timed("head weight gradient (own kernel)", [&] { bk::ConvToPlainBackwardWeights(ViewOf(a5, N, h, H, W), dout.data_ptr<float>(), O,
-                                   grads[20].data_ptr<float>(), grads[21].data_ptr<float>()); });
+    Timed("head weight gradient (own kernel)", [&] {
+      bk::ConvToPlainBackwardWeights(ViewOf(a5, N, h, H, W), dout.data_ptr<float>(), O,
+                                     grads[20].data_ptr<float>(), grads[21].data_ptr<float>());
+    });
     torch::Tensor da5 = BlockedBuffer(N, h, H, W);
     ConvForward({N, O, h, H, W, true, false, false}, dout.data_ptr<float>(), FlipTranspose(p[20]),
                 {}, da5.data_ptr<float>());
@@ -481,30 +496,31 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     conv_back(4, {N, 3 * h, h, H, W, false, true, winograd}, cat5, dx5.data_ptr<float>(),
               dcat5.data_ptr<float>());
     const bk::View dcat5_v = ViewOf(dcat5, N, 3 * h, H, W);
-    // Block 4.
-    torch::Tensor da4 = BlockedBuffer(N, 2 * h, H2, W2);
-    Timed("upsampling, backward", [&] { bk::Upsample2Backward(bk::Channels(dcat5_v, 0, 2 * h), ViewOf(da4, N, 2 * h, H2, W2)); });
-    torch::Tensor dx4 = BlockedBuffer(N, 2 * h, H2, W2);
-    gn_back(3, ViewOf(da4, N, 2 * h, H2, W2), ViewOf(x4, N, 2 * h, H2, W2),
-            ViewOf(dx4, N, 2 * h, H2, W2));
-    torch::Tensor dcat4 = BlockedBuffer(N, 6 * h, H2, W2);
-    conv_back(3, {N, 6 * h, 2 * h, H2, W2, false, true, winograd}, cat4, dx4.data_ptr<float>(),
-              dcat4.data_ptr<float>());
+    // Blocks 4 and 3 (b = 3, 2): their output of c channels at hb × wb was upsampled into the
+    // first c channels of the next block's input, whose gradient is dnext; returns the gradient
+    // of the block's input `in` (cin channels).
+    auto up_block_back = [&](int b, const bk::View& dnext, int64_t c, int64_t hb, int64_t wb,
+                             const torch::Tensor& xb, const torch::Tensor& in, int64_t cin) {
+      torch::Tensor da = BlockedBuffer(N, c, hb, wb);
+      Timed("upsampling, backward",
+            [&] { bk::Upsample2Backward(bk::Channels(dnext, 0, c), ViewOf(da, N, c, hb, wb)); });
+      torch::Tensor dx = BlockedBuffer(N, c, hb, wb);
+      gn_back(b, ViewOf(da, N, c, hb, wb), ViewOf(xb, N, c, hb, wb), ViewOf(dx, N, c, hb, wb));
+      torch::Tensor din = BlockedBuffer(N, cin, hb, wb);
+      conv_back(b, {N, cin, c, hb, wb, false, true, winograd}, in, dx.data_ptr<float>(),
+                din.data_ptr<float>());
+      return din;
+    };
+    torch::Tensor dcat4 = up_block_back(3, dcat5_v, 2 * h, H2, W2, x4, cat4, 6 * h);
     const bk::View dcat4_v = ViewOf(dcat4, N, 6 * h, H2, W2);
-    // Block 3.
-    torch::Tensor da3 = BlockedBuffer(N, 4 * h, H4, W4);
-    Timed("upsampling, backward", [&] { bk::Upsample2Backward(bk::Channels(dcat4_v, 0, 4 * h), ViewOf(da3, N, 4 * h, H4, W4)); });
-    torch::Tensor dx3 = BlockedBuffer(N, 4 * h, H4, W4);
-    gn_back(2, ViewOf(da3, N, 4 * h, H4, W4), ViewOf(x3, N, 4 * h, H4, W4),
-            ViewOf(dx3, N, 4 * h, H4, W4));
-    torch::Tensor dp2 = BlockedBuffer(N, 2 * h, H4, W4);
-    conv_back(2, {N, 2 * h, 4 * h, H4, W4, false, true, winograd}, p2, dx3.data_ptr<float>(),
-              dp2.data_ptr<float>());
+    torch::Tensor dp2 = up_block_back(2, dcat4_v, 4 * h, H4, W4, x3, p2, 2 * h);
     // Block 2: its output's gradient is the skip part of dcat4 plus the pooling's.
     const bk::View cat4_v = ViewOf(cat4, N, 6 * h, H2, W2);
     const bk::View da2 = bk::Channels(dcat4_v, 4 * h, 2 * h);
-    Timed("max pooling, backward", [&] { bk::MaxPool2BackwardAccumulate(ViewOf(dp2, N, 2 * h, H4, W4),
-                                   bk::Channels(cat4_v, 4 * h, 2 * h), da2); });
+    Timed("max pooling, backward", [&] {
+      bk::MaxPool2BackwardAccumulate(ViewOf(dp2, N, 2 * h, H4, W4),
+                                     bk::Channels(cat4_v, 4 * h, 2 * h), da2);
+    });
     torch::Tensor dx2 = BlockedBuffer(N, 2 * h, H2, W2);
     gn_back(1, da2, ViewOf(x2, N, 2 * h, H2, W2), ViewOf(dx2, N, 2 * h, H2, W2));
     torch::Tensor dp1 = BlockedBuffer(N, h, H2, W2);
@@ -513,7 +529,10 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     // Block 1.
     const bk::View cat5_v = ViewOf(cat5, N, 3 * h, H, W);
     const bk::View da1 = bk::Channels(dcat5_v, 2 * h, h);
-    Timed("max pooling, backward", [&] { bk::MaxPool2BackwardAccumulate(ViewOf(dp1, N, h, H2, W2), bk::Channels(cat5_v, 2 * h, h), da1); });
+    Timed("max pooling, backward", [&] {
+      bk::MaxPool2BackwardAccumulate(ViewOf(dp1, N, h, H2, W2), bk::Channels(cat5_v, 2 * h, h),
+                                     da1);
+    });
     torch::Tensor dx1 = BlockedBuffer(N, h, H, W);
     gn_back(0, da1, ViewOf(x1, N, h, H, W), ViewOf(dx1, N, h, H, W));
     // Layer 1: the input part (plain source), then the seed part (batch 1, summed gradient).
@@ -528,13 +547,16 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
     if (ctx->needs_input_grad(has_seed ? 1 : 0)) {
       dx = torch::empty({N, z.cx, H, W});
       const torch::Tensor w1x = has_seed ? p[0].narrow(1, z.s, z.cx) : p[0];
-      Timed("head / input-gradient convolution (own kernel)", [&] { bk::ConvToPlainForward(ViewOf(dx1, N, h, H, W), FlipTranspose(w1x).data_ptr<float>(), nullptr,
-                             z.cx, dx.data_ptr<float>()); });
+      Timed("head / input-gradient convolution (own kernel)", [&] {
+        bk::ConvToPlainForward(ViewOf(dx1, N, h, H, W), FlipTranspose(w1x).data_ptr<float>(),
+                               nullptr, z.cx, dx.data_ptr<float>());
+      });
     }
     torch::Tensor dseed;
     if (has_seed) {
       torch::Tensor sum = BlockedBuffer(1, h, H, W);
-      Timed("layout copies, seed sum and broadcast", [&] { bk::SumOverBatch(ViewOf(dx1, N, h, H, W), ViewOf(sum, 1, h, H, W)); });
+      Timed("layout copies, seed sum and broadcast",
+            [&] { bk::SumOverBatch(ViewOf(dx1, N, h, H, W), ViewOf(sum, 1, h, H, W)); });
       const ConvKey key{1, z.s, h, H, W, false, false, winograd};
       torch::Tensor dw1s =
           ConvBackwardWeights(key, seed_blocked.data_ptr(), sum.data_ptr<float>()).first;
@@ -544,7 +566,8 @@ class UNetFunction : public torch::autograd::Function<UNetFunction> {
         ConvBackwardData(key, sum.data_ptr<float>(), Contiguous(p[0].narrow(1, 0, z.s)),
                          dseed_blocked.data_ptr<float>());
         dseed = torch::empty({z.s, H, W});
-        Timed("layout copies, seed sum and broadcast", [&] { bk::ToPlain(ViewOf(dseed_blocked, 1, z.s, H, W), dseed.data_ptr<float>()); });
+        Timed("layout copies, seed sum and broadcast",
+              [&] { bk::ToPlain(ViewOf(dseed_blocked, 1, z.s, H, W), dseed.data_ptr<float>()); });
       }
     } else {
       grads[0] = dw1x;
