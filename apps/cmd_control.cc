@@ -31,6 +31,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+std::vector<double> TensorValues(const torch::Tensor& t) {
+  const torch::Tensor c = t.to(torch::kCPU, torch::kFloat64).reshape({-1}).contiguous();
+  return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
+}
+
 struct ControlArgs {
   std::string run, target_image, target_state, target_truth, init_state, out;
   std::string model_source = "learned", env, law = "auto", reference = "auto";
@@ -72,29 +77,30 @@ ControllerOptions CheckControlArgs(const ControlArgs& a) {
 
 // The control law: keypoint (KeyCLD §10, controller.h) or angle (Lag-caVAE's energy shaping in
 // q, angle_control.h); "auto" picks the angle law for the lag-vae and lag-cavae models, whose
-// states are an angle, and the keypoint law otherwise.
+// states are generalised coordinates, and the keypoint law otherwise.
 enum class Law { kKeypoint, kAngle };
 
-Law ChooseLaw(const ControlArgs& a, const std::string& model_name, EnvName env) {
+Law ChooseLaw(const ControlArgs& a, const std::string& model_name) {
   const bool angle_model = model_name == "lag-vae" || model_name == "lag-cavae";
   if (a.law == "auto" && !angle_model) return Law::kKeypoint;
   if (a.law == "keypoint") {
     if (angle_model) {
       throw InputError("--law keypoint needs a Lagrangian in image keypoints; '" + model_name +
-                       "' learns one in its angle q (use --law angle, its own law)");
+                       "' learns one in its generalised coordinates q (use --law angle, its own "
+                       "law)");
     }
     return Law::kKeypoint;
   }
-  if (a.law == "angle" && (model_name.empty() ? env != EnvName::kPendulum : !angle_model)) {
+  if (a.law == "angle" && !model_name.empty() && !angle_model) {
     throw InputError(
-        "--law angle (Lag-caVAE's energy shaping in q) needs a model of one angle: a lag-vae or "
-        "lag-cavae run, or --model-source known --env pendulum; got " +
-        (model_name.empty() ? "the known " + EnvNameString(env) : "'" + model_name + "'"));
+        "--law angle (Lag-caVAE's energy shaping in q) needs a model in generalised "
+        "coordinates: a lag-vae or lag-cavae run, or --model-source known; got '" + model_name +
+        "'");
   }
   if (a.raw_pinv) {
     throw InputError(
-        "--raw-pinv belongs to the keypoint law (the angle law has one coordinate "
-        "and no constraints to project on)");
+        "--raw-pinv belongs to the keypoint law (the angle law's coordinates have no "
+        "constraints to project on)");
   }
   return Law::kAngle;
 }
@@ -226,7 +232,7 @@ ControlSetup OpenControlSetup(const ControlArgs& a) {
     setup.system = BuiltinSystem(setup.env);
     setup.image_size = a.size;
     setup.out = a.out.empty() ? fs::path("runs") / ("control-known-" + a.env) : fs::path(a.out);
-    setup.law = ChooseLaw(a, "", setup.env);
+    setup.law = ChooseLaw(a, "");
     return setup;
   }
   if (a.run.empty()) throw InputError("RUN_DIR is required (or --model-source known --env E)");
@@ -247,7 +253,7 @@ ControlSetup OpenControlSetup(const ControlArgs& a) {
   setup.env = spec.env;
   setup.image_size = spec.image_size;
   setup.learned = trained.model;
-  setup.law = ChooseLaw(a, spec.model, spec.env);
+  setup.law = ChooseLaw(a, spec.model);
   setup.out = a.out.empty() ? trained.run_dir / "control" : fs::path(a.out);
   return setup;
 }
@@ -265,7 +271,8 @@ bool UseReference(const ControlArgs& a, const ControlSetup& setup,
   if (!setup.learned) return refuse("the controlled model is the known one already");
   if (setup.env == EnvName::kCustom) return refuse("a custom system has no known model");
   if (setup.law == Law::kAngle && setup.env != EnvName::kPendulum) {
-    return refuse("the known model of the angle law is the pendulum's only");
+    return refuse("the known model of the angle law is the pendulum's only (the cartpole's and "
+                  "the acrobot's known models are written in keypoints)");
   }
   if (!truth) {
     return refuse(
@@ -294,12 +301,12 @@ ControlParts MakeControlParts(const ControlSetup& setup, const ControlArgs& a,
     if (setup.learned) {
       p.angle_model = std::make_unique<LearnedAngleControlModel>(setup.learned);
     } else {
-      p.angle_model = std::make_unique<TrueAngleModel>(env, setup.image_size);
+      p.angle_model = std::make_unique<TrueCoordinateModel>(env, setup.image_size);
     }
     p.target = a.target_image.empty() ? TargetFromState(env, renderer, *p.angle_model, *truth)
                                       : TargetFromImage(*p.angle_model, a.target_image);
     p.angle_law = std::make_unique<AngleEnergyShapingController>(
-        *p.angle_model, p.target.keypoints.item<double>(), copt);
+        *p.angle_model, TensorValues(p.target.keypoints), copt);
     p.frame_controller = std::make_unique<AngleFrameController>(*p.angle_model, *p.angle_law);
     return p;
   }
@@ -322,7 +329,10 @@ ControlParts MakeControlParts(const ControlSetup& setup, const ControlArgs& a,
 // The gravity compensation u_g that holds the target (zero velocity, where the feedback is 0) by
 // the parts' model and law [A].
 std::vector<double> HoldingGravity(const ControlParts& p) {
-  if (p.angle_law) return p.angle_law->Act(p.target.keypoints.item<double>(), 0.0).gravity;
+  if (p.angle_law) {
+    const std::vector<double> q = TensorValues(p.target.keypoints);
+    return p.angle_law->Act(q, std::vector<double>(q.size(), 0.0)).gravity;
+  }
   return p.keypoint_law->Act(p.target.keypoints, torch::zeros_like(p.target.keypoints)).gravity;
 }
 
@@ -414,7 +424,8 @@ int RunControl(const ControlArgs& a, const GlobalOptions& global) {
   j["controller"]["law"] = setup.law == Law::kAngle ? "angle" : "keypoint";
   if (setup.law == Law::kAngle) {
     j.erase("target_keypoints");
-    j["target_angle"] = target_x.at(0);  // the model's q* (rad)
+    j["target_coordinates"] = target_x;  // the model's q* [n]
+    if (target_x.size() == 1) j["target_angle"] = target_x.at(0);  // rad
     j["controller"].erase("tangent_projection");
   }
   std::string verdict_line;

@@ -105,7 +105,7 @@ void BM_AngleControlStep(benchmark::State& state) {
   LearnedAngleControlModel model(CreateModel(spec));
   const double target = TargetFromState(env, renderer, model, {0.0}).keypoints.item<double>();
   env.Reset(DefaultInitialState(EnvName::kPendulum), std::vector<double>{0.0});
-  AngleEnergyShapingController law(model, target, ControllerOptions{.u_max = 2.0});
+  AngleEnergyShapingController law(model, {target}, ControllerOptions{.u_max = 2.0});
   AngleFrameController controller(model, law);
   ClosedLoop loop(env, renderer, controller);
   for (auto _ : state) benchmark::DoNotOptimize(loop.Step());

@@ -504,8 +504,8 @@ class PyRun {
                            xs[0][1].item<double>() * vs[0][0].item<double>()) /
                           r2;
       LearnedAngleControlModel angle_model(model());
-      AngleEnergyShapingController law(angle_model, angle(ts), o);
-      return law.Act(angle(xs), qdot).u;
+      AngleEnergyShapingController law(angle_model, {angle(ts)}, o);
+      return law.Act({angle(xs)}, {qdot}).u;
     }
     LearnedControlModel control_model(model());  // reads the dynamics' current dtype
     EnergyShapingController controller(control_model, ts, o);

@@ -199,5 +199,26 @@ TEST(ControlCli, LagModelsUseTheirAngleLaw) {
   EXPECT_NEAR(j["target_angle"].get<double>(), 0.0, 1e-12);
 }
 
+// A two-coordinate lag model (the cartpole's: translation and angle) runs its law from pixels;
+// the CSV and the summary carry both coordinates.
+TEST(ControlCli, TwoCoordinateLagModelsUseTheirLaw) {
+  testing::TempDir dir;
+  const fs::path lag = MakeRun(dir, "lag", EnvName::kCartpole, "full", "lag-vae");
+  std::string out;
+  ASSERT_EQ(
+      testing::RunCli("control " + lag.string() + " --target-state 0.2,0 --seconds 0.1", &out), 0)
+      << out;
+  EXPECT_NE(out.find("verdict: "), std::string::npos) << out;
+  auto j = nlohmann::json::parse(Slurp(lag / "control" / "summary.json"));
+  EXPECT_EQ(j["controller"]["law"], "angle");
+  ASSERT_EQ(j["target_coordinates"].size(), 2u);
+  EXPECT_FALSE(j.contains("target_angle"));
+  std::ifstream csv(lag / "control" / "control.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_NE(header.find(",q1_model,q2_model,qdot1_model,qdot2_model,u_"), std::string::npos)
+      << header;
+}
+
 }  // namespace
 }  // namespace keycld

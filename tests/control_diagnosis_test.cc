@@ -66,7 +66,7 @@ TEST(ControlDiagnosis, GravityAndFeedbackPartsOfBothLawsAreThePendulumsTorques) 
   EnergyShapingController keypoint_law(
       keypoints, torch::tensor({{r * std::sin(target), r * std::cos(target)}}, torch::kFloat64),
       opt);
-  AngleEnergyShapingController angle_law(angle, target, opt);
+  AngleEnergyShapingController angle_law(angle, {target}, opt);
   const double gear = keypoints.gear(), moment = keypoints.gravity_moment();
   const double inertia = keypoints.inertia();
   for (double theta : {-2.5, -1.0, 0.3, 1.2, 2.9}) {
@@ -74,7 +74,7 @@ TEST(ControlDiagnosis, GravityAndFeedbackPartsOfBothLawsAreThePendulumsTorques) 
     const double gravity = -moment * std::sin(theta) / gear;
     const double feedback =
         (-opt.kp * inertia * WrapAngle(theta - target) - opt.kd * inertia * theta_dot) / gear;
-    const ControlAction a = angle_law.Act(theta, theta_dot);
+    const ControlAction a = angle_law.Act({theta}, {theta_dot});
     EXPECT_NEAR(a.gravity[0], gravity, 1e-12) << theta;
     // θ̈ per unit action: gear / I.
     EXPECT_NEAR(a.input_acceleration[0], gear / inertia, 1e-12) << theta;

@@ -27,11 +27,11 @@ inline ModelSpec TinyModelSpec(EnvName env, std::string kind = "keycld") {
   return s;
 }
 
-/// A tiny pendulum data set: 6 runs (5 train, 1 validation) of 10 frames, seed 3.
-inline std::filesystem::path TinyPendulumData(const std::filesystem::path& dir, int size = 16,
-                                              ControlMode control = ControlMode::kNone) {
+/// A tiny data set of `env`: 6 runs (5 train, 1 validation) of 10 frames, seed 3.
+inline std::filesystem::path TinyData(const std::filesystem::path& dir, EnvName env, int size = 16,
+                                      ControlMode control = ControlMode::kNone) {
   GenerateOptions o;
-  o.env = EnvName::kPendulum;
+  o.env = env;
   o.control = control;
   o.runs = 6;
   o.frames = 10;
@@ -40,6 +40,12 @@ inline std::filesystem::path TinyPendulumData(const std::filesystem::path& dir, 
   o.out_dir = dir;
   o.progress = false;
   return GenerateDataset(o).path;
+}
+
+/// A tiny pendulum data set (TinyData).
+inline std::filesystem::path TinyPendulumData(const std::filesystem::path& dir, int size = 16,
+                                              ControlMode control = ControlMode::kNone) {
+  return TinyData(dir, EnvName::kPendulum, size, control);
 }
 
 /// Training options for a tiny run: h = 8, 2 epochs, 2 threads, one validation run at loose

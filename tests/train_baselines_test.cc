@@ -15,6 +15,7 @@
 #include "keycld/data/dataset.h"
 #include "keycld/eval/evaluate.h"
 #include "keycld/eval/predict.h"
+#include "keycld/models/chain_vae_model.h"
 #include "keycld/models/lag_vae_model.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/config.h"
@@ -38,7 +39,7 @@ torch::Tensor TinyImages(const std::filesystem::path& data, int run = 0) {
       torch::from_blob(d.ReadImages(run).data(), {N, S, S, 3}, torch::kUInt8).clone(), torch::kCPU);
 }
 
-TEST(Baselines, PublishedShapesAndOnlyThePendulum) {
+TEST(Baselines, PublishedShapesOfThePendulumForm) {
   for (const char* kind : kBaselines) {
     ModelSpec spec = testing::TinyModelSpec(EnvName::kPendulum, kind);  // 16 px
     Model model = CreateModel(spec);
@@ -72,15 +73,164 @@ TEST(Baselines, PublishedShapesAndOnlyThePendulum) {
     EXPECT_EQ(r.sizes(), (std::vector<int64_t>{4, 3, 16, 16}));
     EXPECT_GT(r.min().item<double>(), 0.0);
     EXPECT_LT(r.max().item<double>(), 1.0);
-    // Only the pendulum (one angle).
-    try {
-      CreateModel(testing::TinyModelSpec(EnvName::kCartpole, kind));
-      ADD_FAILURE() << kind << " accepted the cartpole";
-    } catch (const InputError& err) {
-      EXPECT_NE(std::string(err.what()).find("pendulum"), std::string::npos) << err.what();
+    // The built-in systems; not a custom system (its bodies are not known to the encoders).
+    EXPECT_TRUE(ModelSupportsSystem(kind, EnvName::kCartpole));
+    EXPECT_TRUE(ModelSupportsSystem(kind, EnvName::kAcrobot));
+    EXPECT_FALSE(ModelSupportsSystem(kind, EnvName::kCustom));
+  }
+}
+
+// The two-coordinate form (chain_vae_model.h) for the cartpole and the acrobot.
+TEST(Baselines, TwoBodiesHaveTwoCoordinatesAndTheirPublishedShapes) {
+  for (EnvName env : {EnvName::kCartpole, EnvName::kAcrobot}) {
+    for (const char* kind : kBaselines) {
+      Model model = CreateModel(testing::TinyModelSpec(env, kind));
+      auto* chain = dynamic_cast<ChainLagVaeModelImpl*>(model.get());
+      ASSERT_NE(chain, nullptr) << kind;
+      const bool cart = env == EnvName::kCartpole;
+      auto p = model->named_parameters();
+      // Encoders: (mean, log σ²) for the cart's translation, (cos, sin, κ) for an angle.
+      EXPECT_EQ(p["encoder0.4.weight"].sizes(), (std::vector<int64_t>{cart ? 2 : 3, 300}));
+      EXPECT_EQ(p["encoder1.4.weight"].sizes(), (std::vector<int64_t>{3, 300}));
+      // L of a 2×2 mass: 3 entries; features (x, cos θ, sin θ) or (cos θ₁, sin θ₁, cos θ₂, sin θ₂).
+      EXPECT_EQ(p["lagrangian.mass.l1.weight"].sizes(), (std::vector<int64_t>{50, cart ? 3 : 4}));
+      EXPECT_EQ(p["lagrangian.mass.l3.weight"].sizes(), (std::vector<int64_t>{3, 50}));
+      EXPECT_EQ(p["lagrangian.input_gain.l3.weight"].sizes(), (std::vector<int64_t>{4, 50}));
+      EXPECT_EQ(model->PerceptionParameters().size() + model->DynamicsParameters().size(),
+                model->parameters().size());
+      torch::NoGradGuard no_grad;
+      Encoding e = model->Encode(torch::rand({4, 3, 16, 16}));
+      ASSERT_EQ(e.keypoints.sizes(), (std::vector<int64_t>{4, 2, 2}));
+      EXPECT_LT((e.keypoints.select(1, 1).norm(2, 1) - 1).abs().max().item<double>(), 1e-6);
+      if (cart) {
+        EXPECT_EQ(e.keypoints.select(1, 0).select(1, 1).abs().max().item<double>(), 0.0);
+      }
+      torch::Tensor r = model->Render(e.keypoints);
+      EXPECT_EQ(r.sizes(), (std::vector<int64_t>{4, 3, 16, 16}));
+      EXPECT_GT(r.min().item<double>(), 0.0);
+      EXPECT_LT(r.max().item<double>(), 1.0);
+      EXPECT_THROW(model->Render(torch::zeros({4, 1, 2})), InputError);
     }
-    EXPECT_FALSE(ModelSupportsSystem(kind, EnvName::kAcrobot));
-    EXPECT_TRUE(ModelSupportsSystem(kind, EnvName::kPendulum));
+  }
+}
+
+// Centroid (x, y) of a [H, W] intensity image in affine_grid's normalised coordinates.
+std::pair<double, double> Centroid(const torch::Tensor& image) {
+  const int64_t H = image.size(0), W = image.size(1);
+  torch::Tensor xs = (2 * torch::arange(W, torch::kFloat64) + 1) / double(W) - 1;
+  torch::Tensor ys = (2 * torch::arange(H, torch::kFloat64) + 1) / double(H) - 1;
+  torch::Tensor m = image.to(torch::kFloat64);
+  const double total = m.sum().item<double>();
+  return {(m.sum(0) * xs).sum().item<double>() / total,
+          (m.sum(1) * ys).sum().item<double>() / total};
+}
+
+// A spot image [S, S] at (x, y) in normalised coordinates.
+torch::Tensor Spot(int64_t S, double x, double y, double width = 0.06) {
+  torch::Tensor xs = (2 * torch::arange(S, torch::kFloat64) + 1) / double(S) - 1;
+  torch::Tensor gx = xs.unsqueeze(0).expand({S, S}), gy = xs.unsqueeze(1).expand({S, S});
+  return torch::exp(-((gx - x).square() + (gy - y).square()) / (2 * width * width));
+}
+
+// lag-cavae's sprites placed by the coordinates land where the bodies' geometry puts them: each
+// sprite set to one opaque white spot (the other transparent) over a black background.
+TEST(Baselines, TwoBodySpritesLandWhereTheGeometrySays) {
+  const int64_t S = 64;
+  for (EnvName env : {EnvName::kCartpole, EnvName::kAcrobot}) {
+    ModelSpec spec = testing::TinyModelSpec(env, "lag-cavae");
+    spec.image_size = int(S);
+    Model model = CreateModel(spec);
+    auto params = model->named_parameters();
+    const double ax = 0.1, ay = -0.15, bx = -0.05, by = 0.2;  // the hinge/pivot and the elbow
+    const double sx = 0.0, sy = 0.3;                            // the spot in sprite coordinates
+    torch::NoGradGuard no_grad;
+    params["background"].fill_(-20.0);
+    params[env == EnvName::kCartpole ? "hinge" : "pivot"].copy_(torch::tensor({ax, ay}));
+    if (env == EnvName::kAcrobot) params["elbow"].copy_(torch::tensor({bx, by}));
+    const double x = 0.25, q1 = 0.6, q2 = -1.1;
+    torch::Tensor state =
+        env == EnvName::kCartpole
+            ? torch::tensor({{x, 0.0, std::cos(q1), std::sin(q1)}})
+            : torch::tensor({{std::cos(q1), std::sin(q1), std::cos(q2), std::sin(q2)}});
+    state = state.reshape({1, 2, 2}).to(torch::kFloat32);
+    torch::Tensor spot = Spot(S, sx, sy).to(torch::kFloat32);
+    for (int body = 0; body < 2; ++body) {
+      for (int i = 0; i < 2; ++i) {
+        const std::string name = "sprite" + std::to_string(i);
+        params[name + ".4.weight"].zero_();
+        torch::Tensor bias = params[name + ".4.bias"].view({4, S, S});
+        bias.slice(0, 0, 3).fill_(20.0);  // white
+        bias[3].copy_(i == body ? 40 * spot - 20 : torch::full({S, S}, -20.0));
+      }
+      torch::Tensor image = model->Render(state)[0].mean(0);
+      double want_x, want_y;
+      // A sprite point s lands at c + R(φ)ᵀ s for a rotation by φ about c (R(φ)ᵀ s =
+      // (cos φ s_x + sin φ s_y, −sin φ s_x + cos φ s_y)).
+      auto rotated = [&](double phi, double cx, double cy) {
+        want_x = cx + std::cos(phi) * sx + std::sin(phi) * sy;
+        want_y = cy - std::sin(phi) * sx + std::cos(phi) * sy;
+      };
+      if (env == EnvName::kCartpole) {
+        if (body == 0) {
+          want_x = sx + x;  // the cart: shifted by x
+          want_y = sy;
+        } else {
+          rotated(q1, ax + x, ay);  // the pole about the hinge, which moves with the cart
+        }
+      } else {
+        if (body == 0) {
+          rotated(q1, ax, ay);
+        } else {
+          // The elbow: pivot + R(θ₁)ᵀ elbow; the lower link at θ₁ + θ₂ about it.
+          const double ex = ax + std::cos(q1) * bx + std::sin(q1) * by;
+          const double ey = ay - std::sin(q1) * bx + std::cos(q1) * by;
+          rotated(q1 + q2, ex, ey);
+        }
+      }
+      auto [cx, cy] = Centroid(image);
+      EXPECT_NEAR(cx, want_x, 0.01) << EnvNameString(env) << " body " << body;
+      EXPECT_NEAR(cy, want_y, 0.01) << EnvNameString(env) << " body " << body;
+    }
+  }
+}
+
+// The second encoder's attention crop brings the second body to where it would be with the first
+// coordinate at zero: the cartpole's frame shifted by the cart's x, the acrobot's frame seen in
+// the upper link's frame (pivot + R(θ₁)ᵀ(s + elbow) shown at s).
+TEST(Baselines, TheAttentionCropFollowsTheFirstBody) {
+  const int64_t S = 64;
+  for (EnvName env : {EnvName::kCartpole, EnvName::kAcrobot}) {
+    ModelSpec spec = testing::TinyModelSpec(env, "lag-vae");
+    spec.image_size = int(S);
+    Model model = CreateModel(spec);
+    auto* chain = dynamic_cast<ChainLagVaeModelImpl*>(model.get());
+    ASSERT_NE(chain, nullptr);
+    torch::NoGradGuard no_grad;
+    const double wx = 0.3, wy = 0.1;  // the spot in the frame
+    torch::Tensor frame =
+        Spot(S, wx, wy).to(torch::kFloat32).reshape({1, 1, S, S}).expand({1, 3, S, S});
+    double want_x, want_y;
+    torch::Tensor first;
+    if (env == EnvName::kCartpole) {
+      const double x = 0.2;
+      first = torch::tensor({{x, 0.0}});
+      want_x = wx - x;
+      want_y = wy;
+    } else {
+      auto params = model->named_parameters();
+      const double px = -0.1, py = 0.05, ex = 0.1, ey = -0.2, q1 = 0.9;
+      params["attention_pivot"].copy_(torch::tensor({px, py}));
+      params["attention_elbow"].copy_(torch::tensor({ex, ey}));
+      first = torch::tensor({{std::cos(q1), std::sin(q1)}});
+      // s = R(θ₁)(w − pivot) − elbow.
+      const double dx = wx - px, dy = wy - py;
+      want_x = std::cos(q1) * dx - std::sin(q1) * dy - ex;
+      want_y = std::sin(q1) * dx + std::cos(q1) * dy - ey;
+    }
+    torch::Tensor crop = chain->AttentionCrop(frame.to(torch::kFloat32), first.to(torch::kFloat32));
+    auto [cx, cy] = Centroid(crop[0][0]);
+    EXPECT_NEAR(cx, want_x, 0.01) << EnvNameString(env);
+    EXPECT_NEAR(cy, want_y, 0.01) << EnvNameString(env);
   }
 }
 
@@ -180,6 +330,59 @@ TEST(Baselines, ATinyTrainingLowersTheLossAndResumesExactly) {
   }
 }
 
+// The two-coordinate form trains too: the cartpole with both actuators (lag-cavae), the acrobot
+// unactuated (lag-vae); its KL is the sum of the coordinates' KLs; a resume is exact.
+TEST(Baselines, TwoBodyBaselinesTrainAndResumeExactly) {
+  testing::TempDir dir;
+  struct Case {
+    EnvName env;
+    ControlMode control;
+    const char* kind;
+  };
+  for (const Case c : {Case{EnvName::kCartpole, ControlMode::kFull, "lag-cavae"},
+                       Case{EnvName::kAcrobot, ControlMode::kNone, "lag-vae"}}) {
+    const std::string name = EnvNameString(c.env) + "-" + c.kind;
+    const auto data = testing::TinyData(dir / name, c.env, 16, c.control);
+    const torch::Tensor images = TinyImages(data);
+    auto opt = testing::BaselineTrainOptions(data, dir / (name + "-long"), c.kind);
+    opt.config.epochs = 8;
+    LossOptions lo;
+    lo.noise_seed = 1;
+    const torch::Tensor u = torch::full({2}, 0.3);
+    auto loss_of = [&](Model m) {
+      torch::NoGradGuard g;
+      return SequenceLoss(m, images, u, {}, lo);
+    };
+    torch::manual_seed(opt.config.seed);
+    Model fresh = CreateModel(testing::TinyModelSpec(c.env, c.kind));
+    const LossTerms before = loss_of(fresh);
+    {
+      torch::NoGradGuard g;
+      auto* chain = dynamic_cast<ChainLagVaeModelImpl*>(fresh.get());
+      ASSERT_NE(chain, nullptr);
+      const int64_t W = images.size(0) - lo.horizon;
+      double kl = 0;
+      for (const CoordinatePosterior& p : chain->Posterior(images)) {
+        kl += (p.kind == CoordinateKind::kAngle
+                   ? VonMisesFisherKl(p.spread.slice(0, 0, W))
+                   : GaussianKl(p.mean.slice(0, 0, W), p.spread.slice(0, 0, W)))
+                  .mean()
+                  .item<double>();
+      }
+      EXPECT_NEAR(before.kl.item<double>(), kl, 1e-6 * (1 + kl)) << name;
+    }
+    TrainSummary s = Train(opt);
+    EXPECT_EQ(s.steps, 8 * 5);
+    const double after = loss_of(LoadModel(s.checkpoint, torch::kCPU)).total.item<double>();
+    EXPECT_LT(after, 0.8 * before.total.item<double>())
+        << name << ": before " << before.total.item<double>() << ", after " << after;
+    auto [a, b] = testing::StraightAndResumed(
+        testing::BaselineTrainOptions(data, dir / (name + "-resume"), c.kind), 3, 8);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << name << " " << i;
+  }
+}
+
 // The configuration says up front what the baselines' objective does not take.
 TEST(Baselines, ConfigRefusesAugmentationAndIntegratorsTheObjectiveDoesNotTake) {
   for (const char* kind : kBaselines) {
@@ -268,9 +471,9 @@ TEST(Baselines, EveryShippedPresetLoadsAndBaselinePresetsShareTheSettingsData) {
     }
   }
   EXPECT_GE(files, 16);
-  // {cpu-quick, paper} × ({none, full} × {lag-vae, lag-cavae} + {pendulum, cartpole, acrobot}
-  // unactuated × hgn)
-  EXPECT_EQ(own, 14);
+  // {cpu-quick, paper} × (pendulum {none, full} × {lag-vae, lag-cavae} + {cartpole, acrobot} ×
+  // {none, under, full} × {lag-vae, lag-cavae} + {pendulum, cartpole, acrobot} unactuated × hgn)
+  EXPECT_EQ(own, 2 * (4 + 12 + 3));
 }
 
 }  // namespace

@@ -53,7 +53,9 @@ ControlTarget ReadTargetImage(int size, const std::filesystem::path& png) {
   return target;
 }
 
-torch::Tensor AngleTensor(double q) { return torch::full({1, 1}, q, torch::kFloat64); }
+torch::Tensor CoordinatesTensor(const std::vector<double>& q) {
+  return torch::tensor(q, torch::kFloat64).reshape({1, int64_t(q.size())});
+}
 
 }  // namespace
 
@@ -84,19 +86,29 @@ AngleFrameController::AngleFrameController(AngleControlModel& model,
     : model_(model), controller_(controller) {}
 
 void AngleFrameController::Act(std::span<const uint8_t> frame, double dt, ControlStep& step) {
-  const double q = model_.EstimateAngle(frame);
-  // The shortest way round from the previous estimate: |q̇| < π/Δt.
-  const double qdot = previous_ ? WrapAngle(q - *previous_) / dt : 0.0;
+  const std::vector<double> q = model_.EstimateCoordinates(frame);
+  // An angle's shortest way round from the previous estimate: |q̇| < π/Δt.
+  std::vector<double> qdot(q.size(), 0.0);
+  if (previous_) {
+    qdot = CoordinateErrors(model_.kinds(), q, *previous_);
+    for (double& v : qdot) v /= dt;
+  }
   previous_ = q;
   ControlAction act = controller_.Act(q, qdot);
-  step.keypoints = {q};
-  step.velocity = {qdot};
+  step.keypoints = q;
+  step.velocity = qdot;
+  step.coordinates = true;
   step.action = std::move(act.u);
   step.unclipped = std::move(act.unclipped);
   step.gravity = std::move(act.gravity);
   step.input_acceleration = std::move(act.input_acceleration);
-  step.potential = model_.Potential(q);
-  step.kinetic = 0.5 * model_.Mass(q) * qdot * qdot;
+  step.potential = model_.PotentialAt(q);
+  const std::vector<double> M = model_.MassAt(q);
+  const size_t n = q.size();
+  step.kinetic = 0;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) step.kinetic += 0.5 * qdot[i] * M[i * n + j] * qdot[j];
+  }
 }
 
 ClosedLoop::ClosedLoop(Environment& env, OffscreenRenderer& renderer, FrameController& controller)
@@ -173,13 +185,13 @@ ControlTarget TargetFromImage(ControlModel& model, const std::filesystem::path& 
 ControlTarget TargetFromState(Environment& env, OffscreenRenderer& renderer,
                               AngleControlModel& model, const std::vector<double>& qpos) {
   ControlTarget target = RenderTarget(env, renderer, model.image_size(), qpos);
-  target.keypoints = AngleTensor(model.EstimateAngle(target.image));
+  target.keypoints = CoordinatesTensor(model.EstimateCoordinates(target.image));
   return target;
 }
 
 ControlTarget TargetFromImage(AngleControlModel& model, const std::filesystem::path& png) {
   ControlTarget target = ReadTargetImage(model.image_size(), png);
-  target.keypoints = AngleTensor(model.EstimateAngle(target.image));
+  target.keypoints = CoordinatesTensor(model.EstimateCoordinates(target.image));
   return target;
 }
 

@@ -40,8 +40,14 @@ void WriteControlCsv(const std::filesystem::path& csv, const Environment& env,
   if (target_qpos) {
     for (int j = 0; j < m->nq; ++j) out += ",error_" + Name(m, mjOBJ_JOINT, j, "joint");
   }
-  if (steps.front().keypoints.size() == 1) {  // the angle law: the model's q and q̇
-    out += ",q_model,qdot_model";
+  if (steps.front().coordinates) {  // the angle law: the model's q and q̇
+    const size_t n = steps.front().keypoints.size();
+    if (n == 1) {
+      out += ",q_model,qdot_model";
+    } else {
+      for (size_t i = 1; i <= n; ++i) out += ",q" + std::to_string(i) + "_model";
+      for (size_t i = 1; i <= n; ++i) out += ",qdot" + std::to_string(i) + "_model";
+    }
   } else {
     const size_t k = steps.front().keypoints.size() / 2;
     for (size_t i = 1; i <= k; ++i) out += ",x" + std::to_string(i) + ",y" + std::to_string(i);
@@ -122,9 +128,12 @@ void WriteControlVideo(const std::filesystem::path& gif, const std::vector<Contr
                        std::to_string(steps.size()) + " steps");
     }
     Canvas c = Canvas::FromPixels(f.rgb, image_size, image_size).Upscaled(scale);
-    const auto& x = steps[f.step].keypoints;
-    for (size_t k = 0; 2 * k + 1 < target_keypoints.size(); ++k) {
-      c.DrawCross(target_keypoints[2 * k], target_keypoints[2 * k + 1], 1.6 * radius, 1.5,
+    // The angle law's coordinates are not image positions: nothing drawn.
+    const std::vector<double> none;
+    const auto& x = steps[f.step].coordinates ? none : steps[f.step].keypoints;
+    const auto& target = steps[f.step].coordinates ? none : target_keypoints;
+    for (size_t k = 0; 2 * k + 1 < target.size(); ++k) {
+      c.DrawCross(target[2 * k], target[2 * k + 1], 1.6 * radius, 1.5,
                   {255, 255, 255});
     }
     for (size_t k = 0; 2 * k + 1 < x.size(); ++k) {

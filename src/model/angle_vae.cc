@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "keycld/model/coordinate_vae.h"
 #include "keycld/util/error.h"
 
 namespace keycld {
@@ -15,7 +16,13 @@ void CheckRows2(const torch::Tensor& t, const char* what) {
   }
 }
 
-// u [A], [B, A] or undefined/empty → [B, A] (zeros when there is no action).
+// d/dq of f(cos q, sin q) from its gradient with respect to (cos q, sin q).
+torch::Tensor AlongAngle(const torch::Tensor& grad, const torch::Tensor& cos_sin) {
+  return -cos_sin.select(1, 1) * grad.select(1, 0) + cos_sin.select(1, 0) * grad.select(1, 1);
+}
+
+}  // namespace
+
 torch::Tensor BatchAction(const torch::Tensor& u, int64_t B, int64_t A,
                           const torch::TensorOptions& options) {
   if (!u.defined() || u.numel() == 0) return torch::zeros({B, A}, options);
@@ -24,16 +31,9 @@ torch::Tensor BatchAction(const torch::Tensor& u, int64_t B, int64_t A,
   if (v.dim() == 2 && v.size(1) == A && (v.size(0) == B || v.size(0) == 1)) {
     return v.expand({B, A});
   }
-  throw InputError("angle dynamics: the action must be [" + std::to_string(A) + "] or [B, " +
+  throw InputError("baseline dynamics: the action must be [" + std::to_string(A) + "] or [B, " +
                    std::to_string(A) + "], got " + c10::str(u.sizes()));
 }
-
-// d/dq of f(cos q, sin q) from its gradient with respect to (cos q, sin q).
-torch::Tensor AlongAngle(const torch::Tensor& grad, const torch::Tensor& cos_sin) {
-  return -cos_sin.select(1, 1) * grad.select(1, 0) + cos_sin.select(1, 0) * grad.select(1, 1);
-}
-
-}  // namespace
 
 torch::Tensor VonMisesFisherMeanCosine(const torch::Tensor& kappa) {
   return torch::special::i1e(kappa) / torch::special::i0e(kappa);
@@ -103,22 +103,63 @@ torch::Tensor PlaceSprite(const torch::Tensor& sprite, const torch::Tensor& cos_
   if (pivot.dim() != 1 || pivot.size(0) != 2) {
     throw InputError("PlaceSprite: pivot must be [2], got " + c10::str(pivot.sizes()));
   }
-  const torch::Tensor c = cos_sin.select(1, 0), s = cos_sin.select(1, 1);
-  const torch::Tensor px = pivot[0], py = pivot[1];
   // Sprite coordinates of an output point p: R(q)·(p − pivot).
-  torch::Tensor row0 = torch::stack({c, -s, -px * c + py * s}, 1);
-  torch::Tensor row1 = torch::stack({s, c, -px * s - py * c}, 1);
-  torch::Tensor theta = torch::stack({row0, row1}, 1);  // [B, 2, 3]
-  const int64_t C = sprite.size(1), H = sprite.size(2), W = sprite.size(3);
-  torch::Tensor grid = torch::nn::functional::affine_grid(theta, {B, C, H, W},
-                                                          /*align_corners=*/false);
-  torch::Tensor src = sprite.size(0) == B ? sprite : sprite.expand({B, C, H, W});
-  namespace F = torch::nn::functional;
-  return F::grid_sample(src, grid.to(src.scalar_type()),
-                        F::GridSampleFuncOptions()
-                            .mode(torch::kBilinear)
-                            .padding_mode(torch::kZeros)
-                            .align_corners(false));
+  torch::Tensor R = RotationMatrices(cos_sin).to(sprite.scalar_type());
+  torch::Tensor t = -torch::matmul(R, pivot.to(sprite.scalar_type()));  // [B, 2]
+  return AffineSample(sprite, R, t);
+}
+
+torch::nn::Sequential EluMlp(int64_t in, int64_t width, int64_t out) {
+  return torch::nn::Sequential(torch::nn::Linear(in, width), torch::nn::ELU(),
+                               torch::nn::Linear(width, width), torch::nn::ELU(),
+                               torch::nn::Linear(width, out));
+}
+
+std::vector<torch::Tensor> IntegrateWindows(torch::Tensor position, torch::Tensor velocity,
+                                            const WindowDerivative& f, int64_t intervals,
+                                            double dt, IntegratorMethod method, int substeps,
+                                            const std::string& model) {
+  if ((method != IntegratorMethod::kEuler && method != IntegratorMethod::kRk4) || substeps < 1) {
+    throw InputError("model '" + model + "' trains with euler (published) or rk4, substeps ≥ 1; " +
+                     "got " + IntegratorMethodString(method));
+  }
+  const double h = dt / substeps;
+  std::vector<torch::Tensor> out{position};
+  for (int64_t j = 0; j < intervals; ++j) {
+    for (int s = 0; s < substeps; ++s) {
+      auto [k1p, k1v] = f(position, velocity);
+      if (method == IntegratorMethod::kEuler) {
+        position = position + h * k1p;
+        velocity = velocity + h * k1v;
+        continue;
+      }
+      auto [k2p, k2v] = f(position + 0.5 * h * k1p, velocity + 0.5 * h * k1v);
+      auto [k3p, k3v] = f(position + 0.5 * h * k2p, velocity + 0.5 * h * k2v);
+      auto [k4p, k4v] = f(position + h * k3p, velocity + h * k3v);
+      position = position + h / 6 * (k1p + 2 * k2p + 2 * k3p + k4p);
+      velocity = velocity + h / 6 * (k1v + 2 * k2v + 2 * k3v + k4v);
+    }
+    out.push_back(position);
+  }
+  return out;
+}
+
+int64_t WindowCount(const torch::Tensor& images, int64_t P, const std::string& model) {
+  const int64_t N = images.dim() == 4 ? images.size(0) : 0;
+  if (P < 1 || N < P + 1) {
+    throw InputError("model '" + model + "': a sequence of " + std::to_string(N) +
+                     " frames is too short for windows of horizon " + std::to_string(P) +
+                     " (need N ≥ P + 1, P ≥ 1)");
+  }
+  return N - P;
+}
+
+torch::Tensor WindowTargets(const torch::Tensor& images, int64_t P, int64_t W) {
+  torch::Tensor index = (torch::arange(P + 1, torch::kInt64).unsqueeze(1) +
+                         torch::arange(W, torch::kInt64).unsqueeze(0))
+                            .reshape({-1})
+                            .to(images.device());
+  return images.index_select(0, index);
 }
 
 TanhMlpImpl::TanhMlpImpl(int64_t in, int64_t width, int64_t out, bool tanh_output)

@@ -5,7 +5,6 @@
 #include <string>
 
 #include "keycld/models/mean_image.h"
-#include "keycld/models/registry.h"
 #include "keycld/util/error.h"
 
 namespace keycld {
@@ -15,19 +14,10 @@ namespace {
 // The published widths: encoder 300, decoders 100, Lagrangian networks 50.
 constexpr int64_t kEncoderWidth = 300, kDecoderWidth = 100, kLagrangianWidth = 50;
 
-torch::nn::Sequential EluMlp(int64_t in, int64_t width, int64_t out) {
-  return torch::nn::Sequential(torch::nn::Linear(in, width), torch::nn::ELU(),
-                               torch::nn::Linear(width, width), torch::nn::ELU(),
-                               torch::nn::Linear(width, out));
-}
-
 const ModelSpec& CheckAngleSystem(const ModelSpec& spec) {
-  if (!ModelSupportsSystem(spec.model, spec.env)) {
-    throw InputError("model '" + spec.model + "' is built for the pendulum (one angle) only; '" +
-                     spec.SystemName() +
-                     "' has more than one body, which needs a chain of encoders (and, for the "
-                     "cartpole, a translation coordinate) that are not built yet "
-                     "(docs/baselines.md)");
+  if (spec.env != EnvName::kPendulum) {
+    throw InputError("this form of model '" + spec.model + "' is the pendulum's (one angle); '" +
+                     spec.SystemName() + "' takes the two-coordinate form (chain_vae_model.h)");
   }
   return spec;
 }
@@ -117,19 +107,7 @@ std::vector<std::shared_ptr<torch::nn::Module>> LagVaeModelImpl::DynamicsModules
 LossTerms LagVaeModelImpl::SequenceLoss(const torch::Tensor& images, const torch::Tensor& u,
                                         const LossOptions& options) {
   const int64_t P = options.horizon;
-  const int64_t N = images.dim() == 4 ? images.size(0) : 0;
-  if (P < 1 || N < P + 1) {
-    throw InputError("model '" + spec().model + "': a sequence of " + std::to_string(N) +
-                     " frames is too short for windows of horizon " + std::to_string(P) +
-                     " (need N ≥ P + 1, P ≥ 1)");
-  }
-  if ((options.integrator != IntegratorMethod::kEuler &&
-       options.integrator != IntegratorMethod::kRk4) ||
-      options.substeps < 1) {
-    throw InputError("model '" + spec().model + "' trains with euler (published) or rk4, " +
-                     "substeps ≥ 1; got " + IntegratorMethodString(options.integrator));
-  }
-  const int64_t W = N - P;  // windows
+  const int64_t W = WindowCount(images, P, spec().model);
   const double dt = spec().dt;
   AnglePosterior post = Posterior(images);
   torch::Tensor mean_n = post.mean / post.mean.norm(2, 1, /*keepdim=*/true);
@@ -145,31 +123,11 @@ LossTerms LagVaeModelImpl::SequenceLoss(const torch::Tensor& images, const torch
     torch::Tensor dc = torch::stack({-c.select(1, 1) * qd, c.select(1, 0) * qd}, 1);
     return std::make_pair(dc, lagrangian_->AngleAcceleration(c, qd, u));
   };
-  const double h = dt / options.substeps;
-  std::vector<torch::Tensor> states{cs};
-  for (int64_t j = 0; j < P; ++j) {
-    for (int s = 0; s < options.substeps; ++s) {
-      auto [k1c, k1w] = f(cs, w);
-      if (options.integrator == IntegratorMethod::kEuler) {
-        cs = cs + h * k1c;
-        w = w + h * k1w;
-        continue;
-      }
-      auto [k2c, k2w] = f(cs + 0.5 * h * k1c, w + 0.5 * h * k1w);
-      auto [k3c, k3w] = f(cs + 0.5 * h * k2c, w + 0.5 * h * k2w);
-      auto [k4c, k4w] = f(cs + h * k3c, w + h * k3w);
-      cs = cs + h / 6 * (k1c + 2 * k2c + 2 * k3c + k4c);
-      w = w + h / 6 * (k1w + 2 * k2w + 2 * k3w + k4w);
-    }
-    states.push_back(cs);
-  }
+  std::vector<torch::Tensor> states = IntegrateWindows(cs, w, f, P, dt, options.integrator,
+                                                       options.substeps, spec().model);
   // [P + 1, W, 2] → frames [(P + 1)·W, 3, S, S], target frame t + j for window t, step j.
   torch::Tensor rendered = Render(torch::stack(states, 0).reshape({(P + 1) * W, 1, 2}));
-  torch::Tensor index = (torch::arange(P + 1, torch::kInt64).unsqueeze(1) +
-                         torch::arange(W, torch::kInt64).unsqueeze(0))
-                            .reshape({-1})
-                            .to(images.device());
-  torch::Tensor target = images.index_select(0, index);
+  torch::Tensor target = WindowTargets(images, P, W);
   LossTerms out;
   out.reconstruction = (rendered - target).square().sum() / double(W);
   out.kl = VonMisesFisherKl(post.kappa.slice(0, 0, W)).mean();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "keycld/models/chain_vae_model.h"
 #include "keycld/models/hgn_model.h"
 #include "keycld/models/lag_vae_model.h"
 #include "keycld/models/lagrangian_model.h"
@@ -9,6 +10,19 @@
 #include "keycld/util/error.h"
 
 namespace keycld {
+
+namespace {
+
+// lag-vae and lag-cavae: one angle for the pendulum, two coordinates for the cartpole and the
+// acrobot (docs/baselines.md).
+Model LagVaeModel(const ModelSpec& spec, bool coordinate_aware) {
+  if (spec.env == EnvName::kPendulum) {
+    return Model(std::make_shared<LagVaeModelImpl>(spec, coordinate_aware));
+  }
+  return Model(std::make_shared<ChainLagVaeModelImpl>(spec, coordinate_aware));
+}
+
+}  // namespace
 
 const std::vector<ModelVariant>& ModelVariants() {
   // Every field named: image_keypoints, systems, loss_integrators, augmentation and takes_actions
@@ -48,22 +62,22 @@ const std::vector<ModelVariant>& ModelVariants() {
        .augmentation = true,
        .takes_actions = true},
       {.name = "lag-vae",
-       .description = "Lagrangian VAE baseline: angle posterior, MLP decoder",
+       .description = "Lagrangian VAE baseline: posteriors of generalised coordinates, MLP decoder",
        .has_energy = false,
        .create =
-           [](const ModelSpec& s) { return Model(std::make_shared<LagVaeModelImpl>(s, false)); },
+           [](const ModelSpec& s) { return LagVaeModel(s, false); },
        .image_keypoints = false,
-       .systems = {EnvName::kPendulum},
+       .systems = {EnvName::kPendulum, EnvName::kCartpole, EnvName::kAcrobot},
        .loss_integrators = published,
        .augmentation = false,
        .takes_actions = true},
       {.name = "lag-cavae",
-       .description = "Lagrangian VAE baseline: angle posterior, coordinate-aware sprite decoder",
+       .description = "Lagrangian VAE baseline: posteriors of generalised coordinates, coordinate-aware sprite decoder",
        .has_energy = false,
        .create =
-           [](const ModelSpec& s) { return Model(std::make_shared<LagVaeModelImpl>(s, true)); },
+           [](const ModelSpec& s) { return LagVaeModel(s, true); },
        .image_keypoints = false,
-       .systems = {EnvName::kPendulum},
+       .systems = {EnvName::kPendulum, EnvName::kCartpole, EnvName::kAcrobot},
        .loss_integrators = published,
        .augmentation = false,
        .takes_actions = true},

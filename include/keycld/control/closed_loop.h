@@ -29,10 +29,12 @@ struct ControlStep {
   double time = 0;                 ///< s, simulator time of the frame (before this step)
   std::vector<double> qpos, qvel;  ///< true joint state at the frame [nq], [nv] (rad, m, /s)
   /// Estimated state: keypoints x [2K] (normalized image coordinates) for the keypoint law;
-  /// the model's angle q [1] (rad) for the angle law (angle_control.h).
+  /// the model's generalised coordinates q [n] (rad, or its unit for a translation) for the
+  /// angle law (angle_control.h; then `coordinates` is true).
   std::vector<double> keypoints;
-  /// Its estimated rate: the projected ẋ [2K] (normalized units / s), or q̇ [1] (rad/s).
+  /// Its estimated rate: the projected ẋ [2K] (normalized units / s), or q̇ [n] (per s).
   std::vector<double> velocity;
+  bool coordinates = false;  ///< keypoints holds generalised coordinates, not image positions
   std::vector<double> action;              ///< applied u [A] (after the limit, actuator units)
   std::vector<double> unclipped;           ///< u before the limit [A]
   std::vector<double> gravity;             ///< the gravity compensation part of unclipped [A]
@@ -77,8 +79,9 @@ class KeypointFrameController : public FrameController {
   torch::Tensor mass_;      // [1, 2K]
 };
 
-/// Lag-caVAE's law (angle_control.h): q from the frame, q̇ = wrap(q − q_prev)/Δt, u from the
-/// AngleEnergyShapingController. Both references must outlive it.
+/// Lag-caVAE's law (angle_control.h): q from the frame, q̇ = (q − q_prev)/Δt (an angle's
+/// difference wrapped to (−π, π]), u from the AngleEnergyShapingController. Both references must
+/// outlive it.
 class AngleFrameController : public FrameController {
  public:
   AngleFrameController(AngleControlModel& model, AngleEnergyShapingController& controller);
@@ -90,7 +93,7 @@ class AngleFrameController : public FrameController {
  private:
   AngleControlModel& model_;
   AngleEnergyShapingController& controller_;
-  std::optional<double> previous_;
+  std::optional<std::vector<double>> previous_;
 };
 
 /// Render → estimate → control → step, one call per control step (Δt = env.timestep()).
@@ -143,7 +146,7 @@ ControlTarget TargetFromState(Environment& env, OffscreenRenderer& renderer, Con
 /// unreadable), FormatError (not a PNG / other channel count) or InputError (other size).
 ControlTarget TargetFromImage(ControlModel& model, const std::filesystem::path& png);
 
-/// The same for the angle law: keypoints holds the model's q* [1, 1] (rad).
+/// The same for the angle law: keypoints holds the model's q* [1, n].
 ControlTarget TargetFromState(Environment& env, OffscreenRenderer& renderer,
                               AngleControlModel& model, const std::vector<double>& qpos);
 ControlTarget TargetFromImage(AngleControlModel& model, const std::filesystem::path& png);

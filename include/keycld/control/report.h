@@ -43,8 +43,9 @@ int ControlVideoScale(int image_size);
 /// Writes the frames as a looping GIF (`delay_cs` hundredths of a second per frame), each
 /// upscaled by ControlVideoScale: the estimated keypoints of the frame's step as filled discs
 /// (KeypointColor(k)), the target keypoints x* [2K] as white crosses (nothing drawn for the
-/// angle law's states of one value, which are not image positions). Throws InputError for no
-/// frames, a frame of another size or a step index outside `steps`; IoError on write failure.
+/// angle law's generalised coordinates, ControlStep::coordinates, which are not image
+/// positions). Throws InputError for no frames, a frame of another size or a step index outside
+/// `steps`; IoError on write failure.
 void WriteControlVideo(const std::filesystem::path& gif, const std::vector<ControlFrame>& frames,
                        int image_size, const std::vector<ControlStep>& steps,
                        const std::vector<double>& target_keypoints, int delay_cs);

@@ -6,11 +6,21 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "keycld/dynamics/dynamics.h"
+#include "keycld/dynamics/integrators.h"
 
 namespace keycld {
+
+/// An action u [A], [B, A], [1, A] or undefined/empty (no action: zeros) as [B, A] in the dtype
+/// of `options`; InputError for other shapes.
+torch::Tensor BatchAction(const torch::Tensor& u, int64_t B, int64_t A,
+                          const torch::TensorOptions& options);
 
 /// KL(vMF(μ, κ) ‖ uniform on S¹) = κ·I₁(κ)/I₀(κ) − log I₀(κ), for concentrations κ > 0 (any
 /// shape; element-wise, differentiable; exponentially scaled Bessel functions keep it finite for
@@ -36,6 +46,32 @@ torch::Tensor VonMisesFisherMeanCosine(const torch::Tensor& kappa);
 /// shapes.
 torch::Tensor PlaceSprite(const torch::Tensor& sprite, const torch::Tensor& cos_sin,
                           const torch::Tensor& pivot);
+
+/// The published encoder and decoder MLP: in → width → width → out with ELU (the VAE baselines'
+/// encoders of frames and decoders of images and sprites).
+torch::nn::Sequential EluMlp(int64_t in, int64_t width, int64_t out);
+
+/// The first-order state of the VAE baselines' training windows: a position-like tensor (the
+/// coordinates' pairs) and the generalised velocities, and their time derivative.
+using WindowDerivative = std::function<std::pair<torch::Tensor, torch::Tensor>(
+    const torch::Tensor& position, const torch::Tensor& velocity)>;
+
+/// The baselines' training integration (published: explicit Euler): from (position, velocity)
+/// over `intervals` frame intervals of dt, each of `substeps` steps of euler or rk4 → the
+/// positions at the intervals' ends, the start included (intervals + 1 tensors). InputError for
+/// another method or substeps < 1 (naming `model`).
+std::vector<torch::Tensor> IntegrateWindows(torch::Tensor position, torch::Tensor velocity,
+                                            const WindowDerivative& f, int64_t intervals,
+                                            double dt, IntegratorMethod method, int substeps,
+                                            const std::string& model);
+
+/// The number of training windows W = N − P of a sequence of N frames, for windows of P + 1
+/// frames; InputError (naming `model`) unless P ≥ 1 and N ≥ P + 1.
+int64_t WindowCount(const torch::Tensor& images, int64_t P, const std::string& model);
+
+/// The targets of windowed frames: images [N, 3, H, W] → the frames t + j of window t, step j,
+/// in the order [(P + 1)·W, 3, H, W] (step-major), for W windows of P + 1 frames.
+torch::Tensor WindowTargets(const torch::Tensor& images, int64_t P, int64_t W);
 
 /// The published small MLP: in → width → width → out with tanh, orthogonal initial weights.
 class TanhMlpImpl : public torch::nn::Module {
