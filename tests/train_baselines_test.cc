@@ -420,6 +420,27 @@ TEST(Baselines, EvaluateAndPredictSayWhatDoesNotApply) {
   EvaluationReport r = Evaluate(eo);
   EXPECT_FALSE(r.image_keypoints);
   EXPECT_EQ(r.vpt.vpt.size(), 1u);
+  {
+    // The mean-frame floor by hand: the first frame whose MSE to /mean_image exceeds ε.
+    Dataset d = Dataset::Open(data);
+    const std::vector<float> mean = d.ReadMeanImage();
+    const int run = int(d.ValidationRuns().at(0)), N = d.info().frames;
+    const std::vector<uint8_t> pixels = d.ReadImages(run);
+    const size_t frame = mean.size();
+    int vpt = N - 1;
+    for (int t = 0; t < N; ++t) {
+      double mse = 0;
+      for (size_t i = 0; i < frame; ++i) {
+        const double diff = pixels[size_t(t) * frame + i] / 255.0 - double(mean[i]);
+        mse += diff * diff / double(frame);
+      }
+      if (mse > d.info().vpt_epsilon) {
+        vpt = t;
+        break;
+      }
+    }
+    EXPECT_EQ(r.mean_frame_vpt.vpt, std::vector<int>{vpt});
+  }
   std::ifstream md(dir / "run/report/evaluation.md");
   std::stringstream text;
   text << md.rdbuf();

@@ -526,6 +526,9 @@ void WriteEvaluationJson(const EvaluationReport& report, const TrainedRun& run,
               {"median", report.vpt.median},
               {"per_run", report.vpt.vpt}};
   j["mse_per_frame"] = {{"mean", report.mse_mean}, {"median", report.mse_median}};
+  j["mean_frame_vpt"] = {{"mean", report.mean_frame_vpt.mean},
+                         {"std", report.mean_frame_vpt.std},
+                         {"median", report.mean_frame_vpt.median}};
   j["masses"] = report.masses;
   j["constraint_residual_grid"] = {{"rms", report.constraint_rms}, {"max", report.constraint_max}};
   if (report.has_energy) {
@@ -593,6 +596,9 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
      << "| VPT threshold ε | " << Sci(report.epsilon) << " |\n"
      << "| **VPT (frames)** | **" << Fixed(report.vpt.mean, 2) << " ± " << Fixed(report.vpt.std, 2)
      << "**, median " << Fixed(report.vpt.median, 1) << " |\n"
+     << "| VPT of the data set's mean frame drawn for every frame (a floor) | "
+     << Fixed(report.mean_frame_vpt.mean, 2) << " ± " << Fixed(report.mean_frame_vpt.std, 2)
+     << ", median " << Fixed(report.mean_frame_vpt.median, 1) << " |\n"
      << DynamicsMarkdown(report) << "| learned masses m_k | " << Masses(report);
   md << " |\n"
      << "| constraint residual of the estimates on " << ResidualStates(report) << " | "
@@ -610,6 +616,20 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
     md << "![" << f.stem().string() << "](" << f.filename().string() << ")\n\n";
   }
   WriteTextAtomically(out / "evaluation.md", md.str());
+}
+
+// The VPT of drawing the data set's mean frame (/mean_image, [H, W, 3] in [0, 1]) for every
+// frame of images uint8 [R, N, H, W, 3].
+VptResult MeanFrameVpt(const Dataset& data, const torch::Tensor& images, double epsilon) {
+  const int64_t S = images.size(2);
+  std::vector<float> mean = data.ReadMeanImage();
+  const torch::Tensor m =
+      torch::from_blob(mean.data(), {S, S, 3}, torch::kFloat32).to(torch::kFloat64);
+  std::vector<torch::Tensor> mse;  // per run [N], one run at a time (memory)
+  for (int64_t r = 0; r < images.size(0); ++r) {
+    mse.push_back((images[r].to(torch::kFloat64) / 255.0 - m).square().mean({1, 2, 3}));
+  }
+  return VptFromMse(torch::stack(mse), epsilon);
 }
 
 void FillRunFacts(const TrainedRun& run, const EvaluateOptions& options, EvaluationReport* report) {
@@ -645,6 +665,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   report.mse_mean = ToVector(report.vpt.mse.mean(0));
   report.mse_median = ToVector(std::get<0>(report.vpt.mse.median(0)));
   report.rollouts = DiagnoseRollouts(run.model, images, report.vpt, report.epsilon);
+  report.mean_frame_vpt = MeanFrameVpt(*run.data, images, report.epsilon);
   if (report.has_energy) report.masses = ToVector(run.model->MassScalars());
 
   const GridData grid = AnalyseGrid(run, images, &report);
@@ -786,6 +807,8 @@ std::string FormatEvaluationSummary(const EvaluationReport& r) {
     << "  VPT (frames)           " << Fixed(r.vpt.mean, 2) << " ± " << Fixed(r.vpt.std, 2)
     << ", median " << Fixed(r.vpt.median, 1) << " over " << r.vpt.vpt.size()
     << " validation runs (ε = " << Sci(r.epsilon) << ")\n"
+    << "  VPT, mean frame        " << Fixed(r.mean_frame_vpt.mean, 2)
+    << " (the data set's mean frame drawn for every frame: a floor)\n"
     << "  MSE frame 1 / 10 / last " << (r.mse_mean.size() > 1 ? Sci(r.mse_mean[1]) : "-") << " / "
     << (r.mse_mean.size() > 10 ? Sci(r.mse_mean[10]) : "-") << " / "
     << (r.mse_mean.empty() ? "-" : Sci(r.mse_mean.back()))

@@ -294,7 +294,8 @@ class Trainer {
                   DescribeModel(spec).c_str(),
                   model_->precision() == Precision::kBfloat16
                       ? " (bf16 convolutions)"
-                      : (model_->trunk_kernels() == TrunkKernels::kLibTorch
+                      : (model_->trunk_kernels() == TrunkKernels::kLibTorch ||
+                                 !model_->StatesAreImageKeypoints()  // no U-Nets
                              ? ""
                              : (" (" + NameOf(model_->trunk_kernels()) + " U-Net kernels)").c_str()),
                   data_->path().c_str(), batch.c_str());

@@ -35,6 +35,9 @@ struct EvaluationReport {
   int64_t train_steps = 0;
   double epsilon = 0;                        // VPT threshold of the data set
   VptResult vpt;                             // over all validation runs (vpt.mse: [R, N])
+  /// A floor for any model: the VPT of drawing the data set's mean frame for every frame of the
+  /// same validation runs (docs/evaluation.md).
+  VptResult mean_frame_vpt;
   std::vector<int64_t> validation_runs;      // data-set run indices, in the order of vpt.vpt
   std::vector<double> mse_mean, mse_median;  // per frame, over the validation runs
   std::vector<double> masses;  // m_k (M = diag(m₁², m₁², …)), one per keypoint
