@@ -491,21 +491,26 @@ class PyRun {
     }
     const std::string& name = model()->spec().model;
     if (name == "lag-vae" || name == "lag-cavae") {
-      // Lag-caVAE's law in q (angle_control.h) from the harness's states (cos q, sin q):
-      // q = atan2(x₂, x₁), q̇ = (x₁ẋ₂ − x₂ẋ₁)/‖x‖².
-      auto angle = [](const torch::Tensor& r) {
-        return std::atan2(r[0][1].item<double>(), r[0][0].item<double>());
-      };
-      const double r2 = xs.square().sum().item<double>();
-      if (!(r2 > 0) || !(ts.square().sum().item<double>() > 0)) {
-        throw InputError("x and target must be points (cos q, sin q) off the origin");
-      }
-      const double qdot = (xs[0][0].item<double>() * vs[0][1].item<double>() -
-                           xs[0][1].item<double>() * vs[0][0].item<double>()) /
-                          r2;
+      // Lag-caVAE's law in q (angle_control.h) from the harness's state pairs: (cos q, sin q)
+      // per angle, (x, 0) per translation (coordinate_vae.h).
       LearnedAngleControlModel angle_model(model());
-      AngleEnergyShapingController law(angle_model, {angle(ts)}, o);
-      return law.Act({angle(xs)}, {qdot}).u;
+      const std::vector<CoordinateKind> kinds = angle_model.kinds();
+      for (size_t i = 0; i < kinds.size(); ++i) {
+        if (kinds[i] != CoordinateKind::kAngle) continue;
+        const int64_t c = int64_t(2 * i);
+        if (!(xs.slice(1, c, c + 2).square().sum().item<double>() > 0) ||
+            !(ts.slice(1, c, c + 2).square().sum().item<double>() > 0)) {
+          throw InputError("x and target must be points (cos q, sin q) off the origin");
+        }
+      }
+      auto values = [](const torch::Tensor& t) {
+        const torch::Tensor c = t.reshape({-1}).contiguous();
+        return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+      };
+      auto [q, qdot] = CoordinatesOfPairs(kinds, xs, vs);
+      const torch::Tensor q_target = CoordinatesOfPairs(kinds, ts, torch::zeros_like(ts)).first;
+      AngleEnergyShapingController law(angle_model, values(q_target), o);
+      return law.Act(values(q), values(qdot)).u;
     }
     LearnedControlModel control_model(model());  // reads the dynamics' current dtype
     EnergyShapingController controller(control_model, ts, o);

@@ -255,6 +255,39 @@ def test_control_action_of_a_lag_model_is_its_angle_law(tiny, tiny_full, tmp_pat
         run.control_action([0.0, 0.0], xdot, target)
 
 
+def test_control_action_of_a_two_coordinate_lag_model(tiny, tmp_path):
+    # The cartpole's lag-vae: states (x, 0) for the cart and (cos θ, sin θ) for the pole. Its law
+    # u = g⁺(∂V/∂q − K_p (q − q*) − K_d q̇) is affine in k_p and k_d; with the cart's velocity
+    # alone the k_d slope is −g⁺ (q̇_x, 0), so it doubles with q̇_x and ignores the pair's second
+    # component, which is not a coordinate.
+    run_cli("generate", "--env", "cartpole", "--control", "full", "--runs", 6, "--frames", 10,
+            "--size", 16, "--seed", 3, "--workers", 1, "--out", tmp_path)
+    config = tmp_path / "lag.toml"
+    config.write_text("[model]\nmodel = \"lag-vae\"\n[train]\nthreads = 1\naugment = false\n"
+                      "[eval]\nval_runs = 1\n")
+    run_cli("train", "--config", config, "--data",
+            tmp_path / "cartpole-full-16px-6x10-seed3.h5", "--out", tmp_path / "lag",
+            "--steps", 2, "--threads", 1)
+    run = keycld.load_run(tmp_path / "lag", threads=1)
+    th, th_target = 2.9, -2.9
+    x = [0.2, 0.0, math.cos(th), math.sin(th)]
+    target = [-0.1, 0.0, math.cos(th_target), math.sin(th_target)]
+
+    def u(kp, kd, vx=0.0, vy=0.0):
+        return run.control_action(x, [vx, vy, 0.0, 0.0], target, kp=kp, kd=kd,
+                                  gain_scale="unit")
+
+    base = u(1.0, 0.0)
+    assert base.shape == (2,)
+    slope_kp = u(2.0, 0.0) - base
+    assert torch.allclose(u(5.0, 0.0), base + 4 * slope_kp, rtol=1e-9, atol=1e-12)
+    slope_kd = u(1.0, 1.0, vx=0.5) - u(1.0, 0.0, vx=0.5)
+    assert torch.allclose(u(1.0, 1.0, vx=1.0) - u(1.0, 0.0, vx=1.0), 2 * slope_kd, rtol=1e-6)
+    assert torch.allclose(u(1.0, 1.0, vx=0.5, vy=3.0), u(1.0, 1.0, vx=0.5), rtol=1e-12)
+    with pytest.raises(keycld.InputError, match="off the origin"):
+        run.control_action([0.2, 0.0, 0.0, 0.0], [0.0] * 4, target)
+
+
 def test_train_from_python_equals_the_cli_and_resumes(tiny, tmp_path):
     settings = {"train": {"max_steps": 3}}
     summary = keycld.train(tmp_path / "py", config=tiny["config"], data=tiny["data"],
