@@ -13,6 +13,7 @@
 #include <thread>
 #include <tuple>
 
+#include "keycld/eval/evaluate.h"
 #include "keycld/eval/plot.h"
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/metrics.h"
@@ -331,7 +332,9 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
   s << "VPT in frames (docs/method.md §8): for each validation run, the number of frames predicted "
        "from its first three before the rendered prediction's per-pixel MSE exceeds the data "
        "set's ε; mean ± standard deviation over the validation runs of all seeds. The best mean "
-       "of each setting is in bold.\n\n";
+       "of each setting is in bold. The last column is a floor: the VPT of drawing the data set's "
+       "mean frame for every frame (docs/evaluation.md); a model near it has learned little "
+       "the VPT can see.\n\n";
   // The wide table: one row per setting, one column per model.
   std::vector<std::string> models;
   std::vector<std::pair<EnvName, ControlMode>> settings;
@@ -346,9 +349,9 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
   }
   s << "| setting |";
   for (const std::string& m : models) s << " " << m << " |";
-  s << "\n| --- |";
+  s << " mean frame (floor) |\n| --- |";
   for (size_t i = 0; i < models.size(); ++i) s << " --- |";
-  s << "\n";
+  s << " --- |\n";
   for (auto [env, control] : settings) {
     double best = -1;
     for (const BenchmarkRow& r : result.rows) {
@@ -368,7 +371,11 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
       }
       s << " " << cell << " |";
     }
-    s << "\n";
+    std::string floor = "–";
+    for (const SettingFloor& f : result.floors) {
+      if (f.env == env && f.control == control) floor = Fixed(f.vpt_mean, 1);
+    }
+    s << " " << floor << " |\n";
   }
   s << "\n## Details\n\n"
        "| env | control | model | seeds | runs | VPT mean | std | median | training s per "
@@ -641,6 +648,10 @@ Dataset OpenSettingData(const BenchmarkOptions& options, const Setting& setting,
 void CollectSetting(const BenchmarkOptions& options, const Setting& setting, const fs::path& out,
                     int* index, BenchmarkResult* result) {
   const fs::path data_file = setting.config.DataFile();
+  if (fs::exists(data_file)) {
+    result->floors.push_back(
+        {setting.env, setting.control, MeanFrameVpt(Dataset::Open(data_file)).mean});
+  }
   std::vector<std::string> missing;
   for (const std::string& model : options.models) {
     for (int seed = 0; seed < options.seeds; ++seed) {
@@ -768,6 +779,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
     }
     fs::path data_file;
     const Dataset data = OpenSettingData(options, setting, &data_file);
+    result.floors.push_back({setting.env, setting.control, MeanFrameVpt(data).mean});
     for (const std::string& model : options.models) {
       for (int seed = 0; seed < options.seeds; ++seed) {
         const int k = index++;

@@ -618,20 +618,6 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
   WriteTextAtomically(out / "evaluation.md", md.str());
 }
 
-// The VPT of drawing the data set's mean frame (/mean_image, [H, W, 3] in [0, 1]) for every
-// frame of images uint8 [R, N, H, W, 3].
-VptResult MeanFrameVpt(const Dataset& data, const torch::Tensor& images, double epsilon) {
-  const int64_t S = images.size(2);
-  std::vector<float> mean = data.ReadMeanImage();
-  const torch::Tensor m =
-      torch::from_blob(mean.data(), {S, S, 3}, torch::kFloat32).to(torch::kFloat64);
-  std::vector<torch::Tensor> mse;  // per run [N], one run at a time (memory)
-  for (int64_t r = 0; r < images.size(0); ++r) {
-    mse.push_back((images[r].to(torch::kFloat64) / 255.0 - m).square().mean({1, 2, 3}));
-  }
-  return VptFromMse(torch::stack(mse), epsilon);
-}
-
 void FillRunFacts(const TrainedRun& run, const EvaluateOptions& options, EvaluationReport* report) {
   const ModelSpec& spec = run.model->spec();
   report->env = spec.SystemName();
@@ -653,6 +639,21 @@ void FillRunFacts(const TrainedRun& run, const EvaluateOptions& options, Evaluat
 
 }  // namespace
 
+VptResult MeanFrameVpt(const Dataset& data) {
+  const DatasetInfo& info = data.info();
+  const int64_t S = info.size, N = info.frames;
+  std::vector<float> mean = data.ReadMeanImage();
+  const torch::Tensor m =
+      torch::from_blob(mean.data(), {S, S, 3}, torch::kFloat32).to(torch::kFloat64);
+  std::vector<torch::Tensor> mse;  // per run [N]
+  for (int64_t run : data.ValidationRuns()) {
+    std::vector<uint8_t> pixels = data.ReadImages(int(run));
+    const torch::Tensor images = torch::from_blob(pixels.data(), {N, S, S, 3}, torch::kUInt8);
+    mse.push_back((images.to(torch::kFloat64) / 255.0 - m).square().mean({1, 2, 3}));
+  }
+  return VptFromMse(torch::stack(mse), info.vpt_epsilon);
+}
+
 EvaluationReport Evaluate(const EvaluateOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   TrainedRun run = OpenForEvaluation(options);
@@ -665,7 +666,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   report.mse_mean = ToVector(report.vpt.mse.mean(0));
   report.mse_median = ToVector(std::get<0>(report.vpt.mse.median(0)));
   report.rollouts = DiagnoseRollouts(run.model, images, report.vpt, report.epsilon);
-  report.mean_frame_vpt = MeanFrameVpt(*run.data, images, report.epsilon);
+  report.mean_frame_vpt = MeanFrameVpt(*run.data);
   if (report.has_energy) report.masses = ToVector(run.model->MassScalars());
 
   const GridData grid = AnalyseGrid(run, images, &report);

@@ -93,8 +93,16 @@ struct BenchmarkRow {
   int fallback_runs = 0;
 };
 
+/// A setting's floor: the VPT of drawing its data set's mean frame (MeanFrameVpt, evaluate.h).
+struct SettingFloor {
+  EnvName env = EnvName::kPendulum;
+  ControlMode control = ControlMode::kNone;
+  double vpt_mean = 0;
+};
+
 struct BenchmarkResult {
   std::vector<BenchmarkCell> cells;
+  std::vector<SettingFloor> floors;  // settings whose data set exists
   std::vector<BenchmarkRow> rows;
   std::vector<std::string> notes;            // skipped combinations, failures
   std::filesystem::path markdown, csv, png;  // empty for a shard (no table)

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "keycld/data/dataset.h"
 #include "keycld/dynamics/integrators.h"
 #include "keycld/eval/diagnostics.h"
 #include "keycld/train/vpt.h"
@@ -63,6 +64,11 @@ struct EvaluationReport {
   double seconds = 0;
   std::vector<std::filesystem::path> files;  // everything written, in out_dir
 };
+
+/// A floor for any model (docs/evaluation.md): the VPT of drawing the data set's mean frame
+/// (/mean_image) for every frame of each validation run, with the data set's ε. Reads the
+/// validation runs' images one at a time.
+VptResult MeanFrameVpt(const Dataset& data);
 
 /// Loads the run's model and data set, checks that they fit (environment, image size, frame
 /// interval), evaluates and writes the report. Throws InputError (bad options, a data set that
