@@ -12,6 +12,7 @@
 
 #include "keycld/dynamics/integrators.h"
 #include "keycld/model/angle_vae.h"
+#include "image_geometry.h"
 #include "keycld/util/error.h"
 
 namespace keycld {
@@ -87,25 +88,11 @@ TEST(AngleVae, SamplesHaveTheMomentsOfTheVonMisesFisherDistribution) {
   EXPECT_THROW(SampleVonMisesFisher(mu, torch::tensor({1.0, -1.0}), g1), InputError);
 }
 
-// Centroid (x, y) of a [H, W] intensity image in affine_grid's normalised coordinates
-// (align_corners false: pixel j has centre (2j + 1)/W − 1).
-std::pair<double, double> Centroid(const torch::Tensor& image) {
-  const int64_t H = image.size(0), W = image.size(1);
-  torch::Tensor xs = (2 * torch::arange(W, torch::kFloat64) + 1) / double(W) - 1;
-  torch::Tensor ys = (2 * torch::arange(H, torch::kFloat64) + 1) / double(H) - 1;
-  torch::Tensor m = image.to(torch::kFloat64);
-  const double total = m.sum().item<double>();
-  return {(m.sum(0) * xs).sum().item<double>() / total,
-          (m.sum(1) * ys).sum().item<double>() / total};
-}
-
 TEST(AngleVae, APlacedSpriteLandsWhereTheRotationAboutThePivotPutsIt) {
   const int64_t S = 64;
   // A small Gaussian spot at sprite point s = (0, −0.5) (above the centre).
-  torch::Tensor xs = (2 * torch::arange(S, torch::kFloat64) + 1) / double(S) - 1;
-  torch::Tensor gx = xs.unsqueeze(0).expand({S, S}), gy = xs.unsqueeze(1).expand({S, S});
   const double sx = 0.0, sy = -0.5;
-  torch::Tensor spot = torch::exp(-((gx - sx).square() + (gy - sy).square()) / (2 * 0.06 * 0.06));
+  torch::Tensor spot = testing::Spot(S, sx, sy);
   torch::Tensor sprite = spot.reshape({1, 1, S, S}).to(torch::kFloat32);
   const std::vector<double> angles = {0.0, 0.7, -2.0, 3.0};
   std::vector<double> cs;
@@ -118,7 +105,7 @@ TEST(AngleVae, APlacedSpriteLandsWhereTheRotationAboutThePivotPutsIt) {
     const double c = std::cos(angles[i]), s = std::sin(angles[i]);
     // pivot + R(q)ᵀ s.
     const double want_x = px + c * sx + s * sy, want_y = py - s * sx + c * sy;
-    auto [x, y] = Centroid(placed[int64_t(i)][0]);
+    auto [x, y] = testing::Centroid(placed[int64_t(i)][0]);
     EXPECT_NEAR(x, want_x, 0.01) << "angle " << angles[i];
     EXPECT_NEAR(y, want_y, 0.01) << "angle " << angles[i];
     // The spot keeps its mass (it stays inside the image).

@@ -11,6 +11,7 @@
 
 #include "keycld/dynamics/integrators.h"
 #include "keycld/model/coordinate_vae.h"
+#include "image_geometry.h"
 #include "keycld/util/error.h"
 
 namespace keycld {
@@ -156,24 +157,16 @@ TEST(CoordinateVae, AffineSampleFollowsTheMap) {
   // A spot at (0.2, −0.1); output(p) = image(A p + t) with A = I, t = (0.3, 0) shows it at
   // (−0.1, −0.1); A = a rotation by 90° maps p = R⁻¹(spot − t).
   const int64_t S = 32;
-  torch::Tensor xs = (2 * torch::arange(S, torch::kFloat64) + 1) / double(S) - 1;
-  torch::Tensor gx = xs.unsqueeze(0).expand({S, S}), gy = xs.unsqueeze(1).expand({S, S});
-  torch::Tensor spot = torch::exp(-((gx - 0.2).square() + (gy + 0.1).square()) / (2 * 0.05 * 0.05));
-  torch::Tensor image = spot.reshape({1, 1, S, S});
+  torch::Tensor image = testing::Spot(S, 0.2, -0.1, 0.05).reshape({1, 1, S, S});
   torch::Tensor A = torch::stack({torch::eye(2, torch::kFloat64),
                                   torch::tensor({{0.0, -1.0}, {1.0, 0.0}}, torch::kFloat64)});
   torch::Tensor t = torch::tensor({{0.3, 0.0}, {0.0, 0.0}}, torch::kFloat64);
   torch::Tensor out = AffineSample(image, A, t);
-  auto centroid = [&](const torch::Tensor& m) {
-    const double total = m.sum().item<double>();
-    return std::make_pair((m.sum(0) * xs).sum().item<double>() / total,
-                          (m.sum(1) * xs).sum().item<double>() / total);
-  };
-  auto [x0, y0] = centroid(out[0][0]);
+  auto [x0, y0] = testing::Centroid(out[0][0]);
   EXPECT_NEAR(x0, -0.1, 0.01);
   EXPECT_NEAR(y0, -0.1, 0.01);
   // A p = (−p_y, p_x) = (0.2, −0.1) → p = (−0.1, −0.2).
-  auto [x1, y1] = centroid(out[1][0]);
+  auto [x1, y1] = testing::Centroid(out[1][0]);
   EXPECT_NEAR(x1, -0.1, 0.01);
   EXPECT_NEAR(y1, -0.2, 0.01);
   EXPECT_THROW(AffineSample(image, torch::eye(2).unsqueeze(0), torch::zeros({2, 2})), InputError);

@@ -24,6 +24,7 @@
 #include "keycld/train/trainer.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/error.h"
+#include "image_geometry.h"
 #include "test_util.h"
 #include "tiny_fixtures.h"
 
@@ -114,24 +115,6 @@ TEST(Baselines, TwoBodiesHaveTwoCoordinatesAndTheirPublishedShapes) {
   }
 }
 
-// Centroid (x, y) of a [H, W] intensity image in affine_grid's normalised coordinates.
-std::pair<double, double> Centroid(const torch::Tensor& image) {
-  const int64_t H = image.size(0), W = image.size(1);
-  torch::Tensor xs = (2 * torch::arange(W, torch::kFloat64) + 1) / double(W) - 1;
-  torch::Tensor ys = (2 * torch::arange(H, torch::kFloat64) + 1) / double(H) - 1;
-  torch::Tensor m = image.to(torch::kFloat64);
-  const double total = m.sum().item<double>();
-  return {(m.sum(0) * xs).sum().item<double>() / total,
-          (m.sum(1) * ys).sum().item<double>() / total};
-}
-
-// A spot image [S, S] at (x, y) in normalised coordinates.
-torch::Tensor Spot(int64_t S, double x, double y, double width = 0.06) {
-  torch::Tensor xs = (2 * torch::arange(S, torch::kFloat64) + 1) / double(S) - 1;
-  torch::Tensor gx = xs.unsqueeze(0).expand({S, S}), gy = xs.unsqueeze(1).expand({S, S});
-  return torch::exp(-((gx - x).square() + (gy - y).square()) / (2 * width * width));
-}
-
 // lag-cavae's sprites placed by the coordinates land where the bodies' geometry puts them: each
 // sprite set to one opaque white spot (the other transparent) over a black background.
 TEST(Baselines, TwoBodySpritesLandWhereTheGeometrySays) {
@@ -153,7 +136,7 @@ TEST(Baselines, TwoBodySpritesLandWhereTheGeometrySays) {
             ? torch::tensor({{x, 0.0, std::cos(q1), std::sin(q1)}})
             : torch::tensor({{std::cos(q1), std::sin(q1), std::cos(q2), std::sin(q2)}});
     state = state.reshape({1, 2, 2}).to(torch::kFloat32);
-    torch::Tensor spot = Spot(S, sx, sy).to(torch::kFloat32);
+    torch::Tensor spot = testing::Spot(S, sx, sy).to(torch::kFloat32);
     for (int body = 0; body < 2; ++body) {
       for (int i = 0; i < 2; ++i) {
         const std::string name = "sprite" + std::to_string(i);
@@ -187,7 +170,7 @@ TEST(Baselines, TwoBodySpritesLandWhereTheGeometrySays) {
           rotated(q1 + q2, ex, ey);
         }
       }
-      auto [cx, cy] = Centroid(image);
+      auto [cx, cy] = testing::Centroid(image);
       EXPECT_NEAR(cx, want_x, 0.01) << EnvNameString(env) << " body " << body;
       EXPECT_NEAR(cy, want_y, 0.01) << EnvNameString(env) << " body " << body;
     }
@@ -208,7 +191,7 @@ TEST(Baselines, TheAttentionCropFollowsTheFirstBody) {
     torch::NoGradGuard no_grad;
     const double wx = 0.3, wy = 0.1;  // the spot in the frame
     torch::Tensor frame =
-        Spot(S, wx, wy).to(torch::kFloat32).reshape({1, 1, S, S}).expand({1, 3, S, S});
+        testing::Spot(S, wx, wy).to(torch::kFloat32).reshape({1, 1, S, S}).expand({1, 3, S, S});
     double want_x, want_y;
     torch::Tensor first;
     if (env == EnvName::kCartpole) {
@@ -228,7 +211,7 @@ TEST(Baselines, TheAttentionCropFollowsTheFirstBody) {
       want_y = std::sin(q1) * dx + std::cos(q1) * dy - ey;
     }
     torch::Tensor crop = chain->AttentionCrop(frame.to(torch::kFloat32), first.to(torch::kFloat32));
-    auto [cx, cy] = Centroid(crop[0][0]);
+    auto [cx, cy] = testing::Centroid(crop[0][0]);
     EXPECT_NEAR(cx, want_x, 0.01) << EnvNameString(env);
     EXPECT_NEAR(cy, want_y, 0.01) << EnvNameString(env);
   }

@@ -45,14 +45,7 @@ LagVaeModelImpl::LagVaeModelImpl(const ModelSpec& spec, bool coordinate_aware)
 }
 
 void LagVaeModelImpl::InitialiseFromData(const torch::Tensor& mean_image) {
-  const torch::Tensor logits = MeanImageLogits(spec(), mean_image);
-  torch::NoGradGuard no_grad;
-  input_mean_.copy_(mean_image);
-  if (coordinate_aware_) {
-    background_.copy_(logits);
-  } else {
-    decoder_->ptr<torch::nn::LinearImpl>(4)->bias.copy_(logits.reshape({-1}));
-  }
+  StartAtMeanImage(spec(), mean_image, input_mean_, background_, decoder_);
 }
 
 AnglePosterior LagVaeModelImpl::Posterior(const torch::Tensor& images) {

@@ -16,4 +16,17 @@ torch::Tensor MeanImageLogits(const ModelSpec& spec, const torch::Tensor& mean_i
   return torch::logit(mean_image.to(torch::kFloat32).clamp(1e-3, 1 - 1e-3));
 }
 
+void StartAtMeanImage(const ModelSpec& spec, const torch::Tensor& mean_image,
+                      torch::Tensor& input_mean, torch::Tensor& background,
+                      torch::nn::Sequential& decoder) {
+  const torch::Tensor logits = MeanImageLogits(spec, mean_image);
+  torch::NoGradGuard no_grad;
+  input_mean.copy_(mean_image);
+  if (background.defined()) {
+    background.copy_(logits);
+  } else {
+    decoder->ptr<torch::nn::LinearImpl>(4)->bias.copy_(logits.reshape({-1}));
+  }
+}
+
 }  // namespace keycld

@@ -13,4 +13,12 @@ namespace keycld {
 /// [0, 1] with H = W = spec.image_size; InputError naming spec.model otherwise.
 torch::Tensor MeanImageLogits(const ModelSpec& spec, const torch::Tensor& mean_image);
 
+/// The Lagrangian VAEs' start at the mean frame (docs/baselines.md): input_mean (the encoders'
+/// offset) ← mean_image; the background logits ← MeanImageLogits when `background` is defined
+/// (lag-cavae), else the bias of the MLP decoder's last layer (index 4, lag-vae). Without
+/// gradients; InputError as MeanImageLogits.
+void StartAtMeanImage(const ModelSpec& spec, const torch::Tensor& mean_image,
+                      torch::Tensor& input_mean, torch::Tensor& background,
+                      torch::nn::Sequential& decoder);
+
 }  // namespace keycld
