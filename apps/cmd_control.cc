@@ -270,10 +270,6 @@ bool UseReference(const ControlArgs& a, const ControlSetup& setup,
   };
   if (!setup.learned) return refuse("the controlled model is the known one already");
   if (setup.env == EnvName::kCustom) return refuse("a custom system has no known model");
-  if (setup.law == Law::kAngle && setup.env != EnvName::kPendulum) {
-    return refuse("the known model of the angle law is the pendulum's only (the cartpole's and "
-                  "the acrobot's known models are written in keypoints)");
-  }
   if (!truth) {
     return refuse(
         "the known model needs the true target state (--target-state, or --target-truth with "

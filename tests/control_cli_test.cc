@@ -205,14 +205,18 @@ TEST(ControlCli, TwoCoordinateLagModelsUseTheirLaw) {
   testing::TempDir dir;
   const fs::path lag = MakeRun(dir, "lag", EnvName::kCartpole, "full", "lag-vae");
   std::string out;
-  ASSERT_EQ(
-      testing::RunCli("control " + lag.string() + " --target-state 0.2,0 --seconds 0.1", &out), 0)
+  ASSERT_EQ(testing::RunCli("control " + lag.string() +
+                                " --target-state 0.2,0 --seconds 0.1 --reference known",
+                            &out),
+            0)
       << out;
+  EXPECT_NE(out.find("against the known model: "), std::string::npos) << out;
   EXPECT_NE(out.find("verdict: "), std::string::npos) << out;
   auto j = nlohmann::json::parse(Slurp(lag / "control" / "summary.json"));
   EXPECT_EQ(j["controller"]["law"], "angle");
   ASSERT_EQ(j["target_coordinates"].size(), 2u);
   EXPECT_FALSE(j.contains("target_angle"));
+  EXPECT_FALSE(j["reference"].is_null());  // MuJoCo's joint-space model beside the learned one
   std::ifstream csv(lag / "control" / "control.csv");
   std::string header;
   std::getline(csv, header);
