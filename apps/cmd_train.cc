@@ -153,7 +153,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
   cmd->add_option(
          "--model", a->model,
          "keycld | keycld-nc (no constraints) | node2 (black-box ODE) | lag-vae | lag-cavae "
-         "(the paper's VAE baselines, pendulum only) | hgn (Hamiltonian Generative Network, "
+         "(the paper's VAE baselines, built-in systems) | hgn (Hamiltonian Generative Network, "
          "unactuated data only); train the baselines with their presets "
          "configs/cpu-quick/*-<model>.toml; default keycld")
       ->check(CLI::IsMember(ModelVariantNames()));

@@ -115,6 +115,22 @@ TEST(Train, RunFolderRecordsTheDataSetItWasTrainedOn) {
   EXPECT_EQ(recorded.data_seed, 3u);
 }
 
+// A run refused before anything is written (here: a config for another system than the data
+// set's) leaves no folder behind, and a folder that existed before stays.
+TEST(Train, ARefusedRunLeavesNoFolderBehind) {
+  testing::TempDir dir;
+  const auto data = testing::TinyPendulumData(dir.path());
+  TrainOptions t = testing::TinyTrainOptions(data, dir / "refused");
+  t.config.env = "cartpole";
+  EXPECT_THROW(Train(t), InputError);
+  EXPECT_FALSE(std::filesystem::exists(dir / "refused"));
+  std::filesystem::create_directories(dir / "kept");
+  std::ofstream(dir / "kept" / "notes.txt") << "mine\n";
+  t.run_dir = dir / "kept";
+  EXPECT_THROW(Train(t), InputError);
+  EXPECT_TRUE(std::filesystem::exists(dir / "kept" / "notes.txt"));
+}
+
 TEST(Train, ATinyRunLowersTheLoss) {
   testing::TempDir dir;
   auto data = TinyData(dir.path());

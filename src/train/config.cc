@@ -295,7 +295,7 @@ void TrainConfig::Validate() const {
            integrator + "'" +
            (integrator_warmup_epochs > 0 ? " and warmup_integrator '" + warmup_integrator + "'"
                                          : std::string()) +
-           " (its presets: configs/cpu-quick/pendulum-*-" + model + ".toml)");
+           " (its presets: configs/cpu-quick/*-" + model + ".toml)");
     }
   }
   if (!variant.takes_actions && !control.empty() &&
@@ -306,8 +306,8 @@ void TrainConfig::Validate() const {
   }
   if (!variant.augmentation && augment) {
     fail("[train] model '" + model + "' trains without the dihedral augmentation (as published): " +
-         "set augment = false, or train with its preset configs/cpu-quick/pendulum-*-" + model +
-         ".toml");
+         "set augment = false, or train with its presets configs/cpu-quick/<env>-<control>-" +
+         model + ".toml");
   }
 }
 

@@ -164,11 +164,22 @@ class Trainer {
 
   TrainSummary Run() {
     OpenRunFolder();
-    OpenData();
-    BuildModel();
-    Restore();
-    if (world_ > 1) Handshake();
-    RecordConfig();
+    try {
+      OpenData();
+      BuildModel();
+      Restore();
+      if (world_ > 1) Handshake();
+      RecordConfig();
+    } catch (...) {
+      // Refused before anything was written: a folder this call made goes again.
+      if (created_run_folder_) {
+        lock_.reset();
+        std::error_code ec;
+        fs::remove(run_ / ".lock", ec);
+        fs::remove(run_, ec);  // only if empty
+      }
+      throw;
+    }
     return Loop();
   }
 
@@ -193,6 +204,7 @@ class Trainer {
       return;
     }
     std::error_code ec;
+    created_run_folder_ = !fs::exists(run_);
     fs::create_directories(run_, ec);
     if (ec) throw IoError("cannot create run folder '" + run_.string() + "': " + ec.message());
     lock_ = std::make_unique<RunLock>(run_ / ".lock");
@@ -212,8 +224,8 @@ class Trainer {
     data_.emplace(Dataset::Open(file));
     const DatasetInfo& info = data_->info();
     if (!cfg_.env.empty() && ParseEnvName(cfg_.env) != info.env) {
-      throw InputError("the config is for " + cfg_.env + " but '" + file.string() + "' is a " +
-                       info.system + " data set");
+      throw InputError("the config is for " + cfg_.env + " but '" + file.string() +
+                       "' holds " + info.system + " data");
     }
     if (info.size % 4 != 0) {
       throw InputError("'" + file.string() + "' has " + std::to_string(info.size) +
@@ -738,6 +750,7 @@ class Trainer {
   int rank_ = 0, world_ = 1;
   int64_t B_ = 1, per_rank_ = 1, steps_per_epoch_ = 1;
   fs::path run_, checkpoints_, last_;
+  bool created_run_folder_ = false;  // --out did not exist before this call
   std::unique_ptr<RunLock> lock_;
   std::optional<Dataset> data_;
   std::vector<int64_t> val_runs_;
