@@ -24,6 +24,7 @@
 #include "keycld/util/image_io.h"
 #include "keycld/util/interrupt.h"
 #include "keycld/util/progress.h"
+#include "keycld/util/tensor_values.h"
 
 namespace keycld::cli {
 
@@ -31,10 +32,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<double> TensorValues(const torch::Tensor& t) {
-  const torch::Tensor c = t.to(torch::kCPU, torch::kFloat64).reshape({-1}).contiguous();
-  return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
-}
 
 struct ControlArgs {
   std::string run, target_image, target_state, target_truth, init_state, out;

@@ -34,6 +34,7 @@
 #include "keycld/train/vpt.h"
 #include "keycld/util/error.h"
 #include "keycld/util/interrupt.h"
+#include "keycld/util/tensor_values.h"
 #include "keycld/util/text.h"
 
 namespace py = pybind11;
@@ -503,14 +504,10 @@ class PyRun {
           throw InputError("x and target must be points (cos q, sin q) off the origin");
         }
       }
-      auto values = [](const torch::Tensor& t) {
-        const torch::Tensor c = t.reshape({-1}).contiguous();
-        return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
-      };
       auto [q, qdot] = CoordinatesOfPairs(kinds, xs, vs);
       const torch::Tensor q_target = CoordinatesOfPairs(kinds, ts, torch::zeros_like(ts)).first;
-      AngleEnergyShapingController law(angle_model, values(q_target), o);
-      return law.Act(values(q), values(qdot)).u;
+      AngleEnergyShapingController law(angle_model, TensorValues(q_target), o);
+      return law.Act(TensorValues(q), TensorValues(qdot)).u;
     }
     LearnedControlModel control_model(model());  // reads the dynamics' current dtype
     EnergyShapingController controller(control_model, ts, o);

@@ -8,6 +8,7 @@
 #include "keycld/models/chain_vae_model.h"
 #include "keycld/models/lag_vae_model.h"
 #include "keycld/util/error.h"
+#include "keycld/util/tensor_values.h"
 
 namespace keycld {
 
@@ -18,11 +19,6 @@ void CheckImage(std::span<const uint8_t> rgb, int size) {
     throw InputError("the model reads " + std::to_string(size) + "x" + std::to_string(size) +
                      " RGB images, got a buffer of " + std::to_string(rgb.size()) + " bytes");
   }
-}
-
-std::vector<double> ToVector(const torch::Tensor& t) {
-  const torch::Tensor c = t.to(torch::kCPU, torch::kFloat64).reshape({-1}).contiguous();
-  return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
 }
 
 }  // namespace
@@ -74,7 +70,7 @@ std::vector<double> LearnedAngleControlModel::EstimateCoordinates(std::span<cons
                    .to(options_.dtype().toScalarType())
                    .div_(255.0);
   // Encode's states: a unit (cos q, sin q) per angle, (x, 0) per translation.
-  const std::vector<double> pairs = ToVector(model_->Encode(image).keypoints);
+  const std::vector<double> pairs = TensorValues(model_->Encode(image).keypoints);
   std::vector<double> q;
   const std::vector<CoordinateKind> k = kinds();
   for (size_t i = 0; i < k.size(); ++i) {
@@ -100,21 +96,21 @@ std::vector<double> LearnedAngleControlModel::PotentialGradientAt(const std::vec
   torch::Tensor v = chain_ != nullptr
                         ? chain_->lagrangian()->Potential(x)
                         : angle_->lagrangian()->Potential(torch::cat({x.cos(), x.sin()}, 1));
-  return ToVector(torch::autograd::grad({v.sum()}, {x})[0]);
+  return TensorValues(torch::autograd::grad({v.sum()}, {x})[0]);
 }
 
 std::vector<double> LearnedAngleControlModel::InputGainAt(const std::vector<double>& q) {
   c10::InferenceMode inference;
   torch::Tensor x = Row(q);
-  if (chain_ != nullptr) return ToVector(chain_->lagrangian()->InputGain(x));
-  return ToVector(angle_->lagrangian()->input_gain->forward(torch::cat({x.cos(), x.sin()}, 1)));
+  if (chain_ != nullptr) return TensorValues(chain_->lagrangian()->InputGain(x));
+  return TensorValues(angle_->lagrangian()->input_gain->forward(torch::cat({x.cos(), x.sin()}, 1)));
 }
 
 std::vector<double> LearnedAngleControlModel::MassAt(const std::vector<double>& q) {
   c10::InferenceMode inference;
   torch::Tensor x = Row(q);
-  if (chain_ != nullptr) return ToVector(chain_->lagrangian()->Mass(x));
-  return ToVector(angle_->lagrangian()->Mass(torch::cat({x.cos(), x.sin()}, 1)));
+  if (chain_ != nullptr) return TensorValues(chain_->lagrangian()->Mass(x));
+  return TensorValues(angle_->lagrangian()->Mass(torch::cat({x.cos(), x.sin()}, 1)));
 }
 
 TrueAngleModel::TrueAngleModel(const Environment& env, int image_size)
@@ -162,8 +158,10 @@ void TrueCoordinateModel::SetState(const std::vector<double>& q) {
     throw InputError(env_.system_name() + " has " + std::to_string(kinds_.size()) +
                      " coordinate(s), got " + std::to_string(q.size()));
   }
+  if (q == state_) return;  // the law asks for V, ∂V/∂q, g and M at the same q
   const std::vector<double> zero(q.size(), 0.0);
   scratch_.Reset(q, zero);
+  state_ = q;
 }
 
 double TrueCoordinateModel::PotentialAt(const std::vector<double>& q) {
@@ -263,9 +261,9 @@ ControlAction AngleEnergyShapingController::Act(const std::vector<double>& q,
   // gᵀ(g gᵀ)⁻¹ as the pseudo-inverse g⁺ (0 for g = 0).
   const torch::Tensor pinv = at::linalg_pinv(g);  // [A, n]
   ControlAction out =
-      LimitAction(ToVector(pinv.matmul(f)), ToVector(pinv.matmul(dv)), options_.u_max);
+      LimitAction(TensorValues(pinv.matmul(f)), TensorValues(pinv.matmul(dv)), options_.u_max);
   // How hard each actuator pushes: ‖M⁻¹ g_a‖ (rad/s² or the model's unit/s² per unit).
-  out.input_acceleration = ToVector(at::linalg_solve(M, g).norm(2, 0));
+  out.input_acceleration = TensorValues(at::linalg_solve(M, g).norm(2, 0));
   return out;
 }
 

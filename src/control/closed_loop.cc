@@ -6,15 +6,11 @@
 
 #include "keycld/util/error.h"
 #include "keycld/util/image_io.h"
+#include "keycld/util/tensor_values.h"
 
 namespace keycld {
 
 namespace {
-
-std::vector<double> ToVector(const torch::Tensor& t) {
-  auto c = t.to(torch::kCPU, torch::kFloat64).contiguous();
-  return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
-}
 
 void CheckImageSize(int renderer_size, int model_size) {
   if (renderer_size != model_size) {
@@ -71,8 +67,8 @@ void KeypointFrameController::Act(std::span<const uint8_t> frame, double dt, Con
   if (previous_.defined()) xdot = model_.ProjectTangent(x, (x - previous_) / dt);
   previous_ = x;
   ControlAction act = controller_.Act(x, xdot);
-  step.keypoints = ToVector(x);
-  step.velocity = ToVector(xdot);
+  step.keypoints = TensorValues(x);
+  step.velocity = TensorValues(xdot);
   step.action = std::move(act.u);
   step.unclipped = std::move(act.unclipped);
   step.gravity = std::move(act.gravity);

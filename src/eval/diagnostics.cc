@@ -4,17 +4,13 @@
 #include <cmath>
 
 #include "keycld/util/error.h"
+#include "keycld/util/tensor_values.h"
 
 namespace keycld {
 
 namespace {
 
 torch::Tensor Wrap(const torch::Tensor& angle) { return torch::atan2(angle.sin(), angle.cos()); }
-
-std::vector<double> ToVector(const torch::Tensor& t) {
-  torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat64).contiguous().flatten();
-  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
-}
 
 // The joint anchor of joint `j` in normalized image coordinates at the environment's state.
 std::array<double, 2> AnchorInImage(const Environment& env, int j, int image_size) {
@@ -229,12 +225,12 @@ DynamicsDiagnostics DiagnoseDynamics(const KeypointAcceleration& acceleration, i
   const torch::Tensor u0 = torch::zeros({nu}, x.options());
   const torch::Tensor learned0 = learned_qacc(u0) * lever;
   const torch::Tensor true0 = true_qacc(std::vector<double>(size_t(nu), 0.0)) * lever;
-  d.acceleration = FitScale(ToVector(true0), ToVector(learned0));
+  d.acceleration = FitScale(TensorValues(true0), TensorValues(learned0));
   for (size_t c = 0; c < d.coordinates.size(); ++c) {
     const int i = specs[c].qpos;
     CoordinateDiagnostics& cd = d.coordinates[c];
-    cd.true_acceleration = ToVector(true0.select(1, i));
-    cd.learned_acceleration = ToVector(learned0.select(1, i));
+    cd.true_acceleration = TensorValues(true0.select(1, i));
+    cd.learned_acceleration = TensorValues(learned0.select(1, i));
     cd.acceleration = FitScale(cd.true_acceleration, cd.learned_acceleration);
   }
   if (actuated) {
@@ -245,7 +241,7 @@ DynamicsDiagnostics DiagnoseDynamics(const KeypointAcceleration& acceleration, i
       ut[a] = 1.0;
       const torch::Tensor dl = learned_qacc(ut) * lever - learned0;
       const torch::Tensor dt = true_qacc(u) * lever - true0;
-      d.input.push_back(FitScale(ToVector(dt), ToVector(dl)));
+      d.input.push_back(FitScale(TensorValues(dt), TensorValues(dl)));
     }
   }
   return d;
@@ -287,8 +283,8 @@ RolloutDiagnostics DiagnoseRollouts(Model& model, const torch::Tensor& images, c
   const torch::Tensor rec_mse = PredictionMse(model, estimated, images);  // [R, N]
 
   RolloutDiagnostics out;
-  out.keypoint_error_mean = ToVector(kp_err.mean(0));
-  out.reconstruction_mse_mean = ToVector(rec_mse.mean(0));
+  out.keypoint_error_mean = TensorValues(kp_err.mean(0));
+  out.reconstruction_mse_mean = TensorValues(rec_mse.mean(0));
   out.reconstruction_vpt = VptFromMse(rec_mse, epsilon);
   auto rec = rec_mse.accessor<double, 2>();
   auto ke = kp_err.accessor<double, 2>();

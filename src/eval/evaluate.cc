@@ -21,6 +21,7 @@
 #include "keycld/train/trainer.h"
 #include "keycld/util/atomic_file.h"
 #include "keycld/util/error.h"
+#include "keycld/util/tensor_values.h"
 #include "keycld/util/text.h"
 
 namespace keycld {
@@ -42,11 +43,6 @@ std::vector<double> MovingAverage(const std::vector<double>& values, int window)
 }
 
 namespace {
-
-std::vector<double> ToVector(const torch::Tensor& t) {
-  torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat64).contiguous().flatten();
-  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
-}
 
 // Least-squares fit y ≈ a·x + b; returns R² and a.
 std::pair<double, double> AffineFit(const std::vector<double>& x, const std::vector<double>& y) {
@@ -143,7 +139,7 @@ GridData AnalyseGrid(TrainedRun& run, const torch::Tensor& images, EvaluationRep
     report->constraint_rms = phi.square().mean().sqrt().item<double>();
     report->constraint_max = phi.abs().max().item<double>();
   }
-  if (report->has_energy) g.v_learned = ToVector(model->Potential(g.x));
+  if (report->has_energy) g.v_learned = TensorValues(model->Potential(g.x));
   if (!info.has_state()) return g;
   Environment env(DatasetSystem(info));
   const std::vector<double> zero_qvel(size_t(env.nv()), 0.0);
@@ -197,8 +193,8 @@ EnergyTrace EnergyRollout(TrainedRun& run, const torch::Tensor& images, const Gr
         model->Rollout(start.x, start.xdot, torch::zeros({1, spec.action_dim}, start.x.options()),
                        times, options.method, io);
     torch::Tensor xs = traj.x[0], vs = traj.xdot[0];
-    e.kinetic = ToVector(0.5 * (vs.square() * model->MassDiagonal()).sum(1));
-    e.potential = ToVector(model->Potential(xs).reshape({-1}));
+    e.kinetic = TensorValues(0.5 * (vs.square() * model->MassDiagonal()).sum(1));
+    e.potential = TensorValues(model->Potential(xs).reshape({-1}));
     for (size_t i = 0; i < e.kinetic.size(); ++i) {
       e.total.push_back(e.kinetic[i] + e.potential[i]);
       e.time.push_back(times[i]);
@@ -663,11 +659,11 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   torch::Tensor images, actions;
   LoadRuns(*run.data, report.validation_runs, &images, &actions);
   report.vpt = ScoreValidationRuns(run, images, actions, options.method, options.start_estimate);
-  report.mse_mean = ToVector(report.vpt.mse.mean(0));
-  report.mse_median = ToVector(std::get<0>(report.vpt.mse.median(0)));
+  report.mse_mean = TensorValues(report.vpt.mse.mean(0));
+  report.mse_median = TensorValues(std::get<0>(report.vpt.mse.median(0)));
   report.rollouts = DiagnoseRollouts(run.model, images, report.vpt, report.epsilon);
   report.mean_frame_vpt = MeanFrameVpt(*run.data);
-  if (report.has_energy) report.masses = ToVector(run.model->MassScalars());
+  if (report.has_energy) report.masses = TensorValues(run.model->MassScalars());
 
   const GridData grid = AnalyseGrid(run, images, &report);
   const EnergyTrace energy = EnergyRollout(run, images, grid, options, &report);

@@ -81,14 +81,19 @@ torch::Tensor GeneralisedLagrangianImpl::Features(const torch::Tensor& q) const 
   return torch::stack(parts, 1);
 }
 
-torch::Tensor GeneralisedLagrangianImpl::Mass(const torch::Tensor& q) {
-  const int64_t n = coordinates(), B = q.size(0);
-  torch::Tensor entries = mass->forward(Features(q));  // [B, n(n+1)/2]
-  torch::Tensor rows = torch::tril_indices(n, n, 0, torch::TensorOptions().device(q.device()));
+torch::Tensor GeneralisedLagrangianImpl::MassOfFeatures(const torch::Tensor& features) {
+  const int64_t n = coordinates(), B = features.size(0);
+  torch::Tensor entries = mass->forward(features);  // [B, n(n+1)/2]
+  torch::Tensor rows =
+      torch::tril_indices(n, n, 0, torch::TensorOptions().device(features.device()));
   torch::Tensor L = torch::zeros({B, n, n}, entries.options());
   L.index_put_({torch::indexing::Slice(), rows[0], rows[1]}, entries);
   return torch::matmul(L, L.transpose(1, 2)) +
          0.1 * torch::eye(n, entries.options()).unsqueeze(0);
+}
+
+torch::Tensor GeneralisedLagrangianImpl::Mass(const torch::Tensor& q) {
+  return MassOfFeatures(Features(q));
 }
 
 torch::Tensor GeneralisedLagrangianImpl::Potential(const torch::Tensor& q) {
@@ -117,15 +122,16 @@ torch::Tensor GeneralisedLagrangianImpl::Acceleration(const torch::Tensor& q,
     return torch::autograd::grad({scalar_per_row.sum()}, {qi}, {}, /*retain_graph=*/true,
                                  /*create_graph=*/keep_graph)[0];
   };
-  torch::Tensor M = Mass(qi);
+  const torch::Tensor features = Features(qi);  // once for M, V and g
+  torch::Tensor M = MassOfFeatures(features);
   torch::Tensor Mqd = torch::matmul(M, qd.unsqueeze(2)).squeeze(2);  // [B, n]
-  torch::Tensor dV = d_dq(Potential(qi));
-  torch::Tensor dT = d_dq(0.5 * (qd * Mqd).sum(1));
+  // ∂T/∂q − ∂V/∂q in one pass: ∂(T − V)/∂q with T = ½ q̇ᵀ M q̇.
+  torch::Tensor dL = d_dq(0.5 * (qd * Mqd).sum(1) - potential->forward(features).squeeze(1));
   std::vector<torch::Tensor> mdot_qd;  // (Ṁ q̇)ᵢ = Σₖ ∂(M q̇)ᵢ/∂qₖ q̇ₖ
   for (int64_t i = 0; i < n; ++i) mdot_qd.push_back((d_dq(Mqd.select(1, i)) * qd).sum(1));
-  torch::Tensor force =
-      (InputGain(qi) * BatchAction(u, B, action_dim_, qi.options()).unsqueeze(1)).sum(2);
-  torch::Tensor rhs = force - dV + dT - torch::stack(mdot_qd, 1);
+  torch::Tensor gain = input_gain->forward(features).reshape({B, n, action_dim_});
+  torch::Tensor force = (gain * BatchAction(u, B, action_dim_, qi.options()).unsqueeze(1)).sum(2);
+  torch::Tensor rhs = force + dL - torch::stack(mdot_qd, 1);
   torch::Tensor qdd = at::linalg_solve(M, rhs.unsqueeze(2)).squeeze(2);
   return keep_graph ? qdd : qdd.detach();
 }

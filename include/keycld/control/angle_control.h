@@ -158,9 +158,10 @@ class TrueCoordinateModel : public AngleControlModel {
   std::vector<double> MassAt(const std::vector<double>& q) override;
 
  private:
-  void SetState(const std::vector<double>& q);  // scratch_ at q, q̇ = 0
+  void SetState(const std::vector<double>& q);  // scratch_ at q, q̇ = 0 (once per q)
   const Environment& env_;
   Environment scratch_;
+  std::vector<double> state_;  // the q scratch_ holds (empty before the first)
   int image_size_;
   std::vector<CoordinateKind> kinds_;
 };

@@ -64,6 +64,7 @@ class GeneralisedLagrangianImpl : public torch::nn::Module {
   TanhMlp mass{nullptr}, potential{nullptr}, input_gain{nullptr};
 
  private:
+  torch::Tensor MassOfFeatures(const torch::Tensor& features);  // M of φ(q) [B, F]
   std::vector<CoordinateKind> kinds_;
   int64_t action_dim_;
 };
