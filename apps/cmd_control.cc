@@ -32,7 +32,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 struct ControlArgs {
   std::string run, target_image, target_state, target_truth, init_state, out;
   std::string model_source = "learned", env, law = "auto", reference = "auto";

@@ -96,12 +96,20 @@ torch::Tensor GeneralisedLagrangianImpl::Mass(const torch::Tensor& q) {
   return MassOfFeatures(Features(q));
 }
 
+torch::Tensor GeneralisedLagrangianImpl::PotentialOfFeatures(const torch::Tensor& features) {
+  return potential->forward(features).squeeze(1);
+}
+
 torch::Tensor GeneralisedLagrangianImpl::Potential(const torch::Tensor& q) {
-  return potential->forward(Features(q)).squeeze(1);
+  return PotentialOfFeatures(Features(q));
+}
+
+torch::Tensor GeneralisedLagrangianImpl::InputGainOfFeatures(const torch::Tensor& features) {
+  return input_gain->forward(features).reshape({features.size(0), coordinates(), action_dim_});
 }
 
 torch::Tensor GeneralisedLagrangianImpl::InputGain(const torch::Tensor& q) {
-  return input_gain->forward(Features(q)).reshape({q.size(0), coordinates(), action_dim_});
+  return InputGainOfFeatures(Features(q));
 }
 
 torch::Tensor GeneralisedLagrangianImpl::Acceleration(const torch::Tensor& q,
@@ -126,11 +134,12 @@ torch::Tensor GeneralisedLagrangianImpl::Acceleration(const torch::Tensor& q,
   torch::Tensor M = MassOfFeatures(features);
   torch::Tensor Mqd = torch::matmul(M, qd.unsqueeze(2)).squeeze(2);  // [B, n]
   // ∂T/∂q − ∂V/∂q in one pass: ∂(T − V)/∂q with T = ½ q̇ᵀ M q̇.
-  torch::Tensor dL = d_dq(0.5 * (qd * Mqd).sum(1) - potential->forward(features).squeeze(1));
+  torch::Tensor dL = d_dq(0.5 * (qd * Mqd).sum(1) - PotentialOfFeatures(features));
   std::vector<torch::Tensor> mdot_qd;  // (Ṁ q̇)ᵢ = Σₖ ∂(M q̇)ᵢ/∂qₖ q̇ₖ
   for (int64_t i = 0; i < n; ++i) mdot_qd.push_back((d_dq(Mqd.select(1, i)) * qd).sum(1));
-  torch::Tensor gain = input_gain->forward(features).reshape({B, n, action_dim_});
-  torch::Tensor force = (gain * BatchAction(u, B, action_dim_, qi.options()).unsqueeze(1)).sum(2);
+  torch::Tensor force =
+      (InputGainOfFeatures(features) * BatchAction(u, B, action_dim_, qi.options()).unsqueeze(1))
+          .sum(2);
   torch::Tensor rhs = force + dL - torch::stack(mdot_qd, 1);
   torch::Tensor qdd = at::linalg_solve(M, rhs.unsqueeze(2)).squeeze(2);
   return keep_graph ? qdd : qdd.detach();

@@ -64,7 +64,10 @@ class GeneralisedLagrangianImpl : public torch::nn::Module {
   TanhMlp mass{nullptr}, potential{nullptr}, input_gain{nullptr};
 
  private:
-  torch::Tensor MassOfFeatures(const torch::Tensor& features);  // M of φ(q) [B, F]
+  // M, V and g of the features φ(q) [B, F], so that Acceleration computes φ once for all three.
+  torch::Tensor MassOfFeatures(const torch::Tensor& features);
+  torch::Tensor PotentialOfFeatures(const torch::Tensor& features);
+  torch::Tensor InputGainOfFeatures(const torch::Tensor& features);
   std::vector<CoordinateKind> kinds_;
   int64_t action_dim_;
 };
