@@ -63,6 +63,10 @@ TEST(Train, ConfigTomlRoundTripsAndRejectsUnknownKeys) {
   c.integrator = "verlet";
   c.integrator_substeps = 3;
   c.integrator_warmup_epochs = 2.5;
+  c.warmup_horizon = 2;
+  c.horizon_warmup_epochs = 1.5;
+  c.warmup_dynamics_lr_scale = 0.5;
+  c.dynamics_lr_warmup_epochs = 3;
   c.w_rec = 4.0;
   c.w_dyn_warmup_epochs = 1.0;
   c.dense_init = "fan-in";
@@ -336,6 +340,96 @@ TEST(Train, IntegratorAndWeightSchedules) {
     t.MergeToml(bad, "t");
     EXPECT_THROW(t.Validate(), InputError) << bad;
   }
+}
+
+// The horizon and the dynamics parameters' learning rate follow their warm-up schedules: the
+// metrics record them step by step, and Adam's first step, which moves every parameter by its
+// learning rate (m̂/(√v̂ + ε) ≈ ±1), moves the dynamics parameters 0.2× as far with
+// warmup_dynamics_lr_scale = 0.2 during the warm-up as with dynamics_lr_scale = 1 without it.
+TEST(Train, HorizonAndDynamicsLearningRateSchedules) {
+  TrainConfig c;
+  c.horizon = 16;
+  c.warmup_horizon = 4;
+  c.horizon_warmup_epochs = 2;
+  c.dynamics_lr_scale = 1.0;
+  c.warmup_dynamics_lr_scale = 0.2;
+  c.dynamics_lr_warmup_epochs = 0.5;
+  EXPECT_EQ(c.HorizonAt(19, 10), 4);
+  EXPECT_EQ(c.HorizonAt(20, 10), 16);
+  EXPECT_EQ(c.MaxHorizon(), 16);
+  EXPECT_DOUBLE_EQ(c.DynamicsLrScaleAt(4, 10), 0.2);
+  EXPECT_DOUBLE_EQ(c.DynamicsLrScaleAt(5, 10), 1.0);
+  TrainConfig plain;  // no warm-up: the warm-up values are never used
+  plain.warmup_horizon = 40;
+  EXPECT_EQ(plain.HorizonAt(0, 10), 4);
+  EXPECT_EQ(plain.MaxHorizon(), 4);
+  EXPECT_DOUBLE_EQ(plain.DynamicsLrScaleAt(0, 10), 0.2);
+  for (const char* bad : {"[train]\nwarmup_horizon = 0\n", "[train]\nhorizon_warmup_epochs = -1.0\n",
+                          "[train]\nwarmup_dynamics_lr_scale = 0.0\n",
+                          "[train]\ndynamics_lr_warmup_epochs = inf\n"}) {
+    TrainConfig t;
+    t.MergeToml(bad, "t");
+    EXPECT_THROW(t.Validate(), InputError) << bad;
+  }
+
+  testing::TempDir dir;
+  auto data = TinyData(dir.path());  // 10 frames: horizon ≤ 8
+  {  // A horizon longer than the runs allow is refused, warm-up or not.
+    auto opt = TinyRun(data, dir / "too-long");
+    opt.config.warmup_horizon = 9;
+    opt.config.horizon_warmup_epochs = 1;
+    EXPECT_THROW(Train(opt), InputError);
+  }
+  auto opt = TinyRun(data, dir / "scheduled");
+  opt.config.epochs = 2;
+  opt.config.lr = 1e-3;
+  opt.config.horizon = 4;
+  opt.config.warmup_horizon = 2;
+  opt.config.horizon_warmup_epochs = 1;  // 5 steps
+  opt.config.dynamics_lr_scale = 1.0;
+  opt.config.warmup_dynamics_lr_scale = 0.2;
+  opt.config.dynamics_lr_warmup_epochs = 0.4;  // 2 steps
+  Train(opt);
+  MetricsHistory h = ReadMetrics(opt.run_dir / "metrics.jsonl");
+  ASSERT_EQ(h.steps.size(), 10u);
+  for (const StepRecord& r : h.steps) {
+    EXPECT_EQ(r.horizon, r.step <= 5 ? 2 : 4) << r.step;
+    EXPECT_DOUBLE_EQ(r.dynamics_lr, r.step <= 2 ? 0.2 * r.lr : r.lr) << r.step;
+  }
+  TrainConfig recorded = TrainConfig::FromToml(opt.run_dir / "config.toml");
+  EXPECT_EQ(recorded.warmup_horizon, 2);
+  EXPECT_DOUBLE_EQ(recorded.dynamics_lr_warmup_epochs, 0.4);
+
+  auto first_step = [&](const std::string& name, double warmup_epochs) {
+    auto o = TinyRun(data, dir / name);
+    o.config.lr = 1e-3;
+    o.config.max_steps = 1;
+    o.config.dynamics_lr_scale = 1.0;
+    o.config.warmup_dynamics_lr_scale = 0.2;
+    o.config.dynamics_lr_warmup_epochs = warmup_epochs;
+    torch::manual_seed(o.config.seed);
+    Model initial = CreateModel(testing::TinyModelSpec(EnvName::kPendulum));
+    Model trained = LoadModel(Train(o).checkpoint, torch::kCPU);
+    auto largest_move = [](std::vector<torch::Tensor> a, std::vector<torch::Tensor> b) {
+      double m = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        m = std::max(m, (a[i] - b[i]).abs().max().item<double>());
+      }
+      return m;
+    };
+    return std::pair{
+        largest_move(initial->PerceptionParameters(), trained->PerceptionParameters()),
+        largest_move(initial->DynamicsParameters(), trained->DynamicsParameters())};
+  };
+  const auto [p_warm, d_warm] = first_step("first-warm", 1);
+  const auto [p_plain, d_plain] = first_step("first-plain", 0);
+  EXPECT_NEAR(p_warm, 1e-3, 1e-5);
+  EXPECT_NEAR(p_plain, 1e-3, 1e-5);
+  // The same first gradient in both runs: the dynamics' steps differ by the scale alone (Adam's
+  // ε = 1e-8 keeps them a little below the learning rate where the gradient is that small).
+  EXPECT_GT(d_plain, 0.5e-3);
+  EXPECT_LE(d_plain, 1.0001e-3);
+  EXPECT_NEAR(d_warm / d_plain, 0.2, 0.002);
 }
 
 TEST(Train, ResumesBitForBit) {

@@ -61,11 +61,15 @@ std::vector<Field> Fields(TrainConfig& c) {
       {"train", "batch_sequences", &c.batch_sequences},
       {"train", "lr", &c.lr},
       {"train", "dynamics_lr_scale", &c.dynamics_lr_scale},
+      {"train", "warmup_dynamics_lr_scale", &c.warmup_dynamics_lr_scale},
+      {"train", "dynamics_lr_warmup_epochs", &c.dynamics_lr_warmup_epochs},
       {"train", "grad_clip", &c.grad_clip},
       {"train", "lr_schedule", &c.lr_schedule},
       {"train", "lr_final_scale", &c.lr_final_scale},
       {"train", "lr_decay_start", &c.lr_decay_start},
       {"train", "horizon", &c.horizon},
+      {"train", "warmup_horizon", &c.warmup_horizon},
+      {"train", "horizon_warmup_epochs", &c.horizon_warmup_epochs},
       {"train", "integrator", &c.integrator},
       {"train", "integrator_substeps", &c.integrator_substeps},
       {"train", "warmup_integrator", &c.warmup_integrator},
@@ -228,8 +232,11 @@ void TrainConfig::Validate() const {
   if (max_steps < 0) fail("max_steps must be ≥ 0");
   // Upper bounds: the rates are float32 in LibTorch's Adam (1e300 overflowed there), and a rate
   // above 1 (3000× the paper's) only diverges.
-  if (!(lr > 0 && lr <= 1) || !(dynamics_lr_scale > 0 && dynamics_lr_scale <= 100)) {
-    fail("learning rates must be in (0, 1] (lr) and (0, 100] (dynamics_lr_scale)");
+  if (!(lr > 0 && lr <= 1) || !(dynamics_lr_scale > 0 && dynamics_lr_scale <= 100) ||
+      !(warmup_dynamics_lr_scale > 0 && warmup_dynamics_lr_scale <= 100)) {
+    fail(
+        "learning rates must be in (0, 1] (lr) and (0, 100] (dynamics_lr_scale, "
+        "warmup_dynamics_lr_scale)");
   }
   if (!(grad_clip > 0) || !std::isfinite(grad_clip)) fail("grad_clip must be finite and > 0");
   if (lr_schedule != "constant" && lr_schedule != "cosine") {  // two fixed names
@@ -238,6 +245,9 @@ void TrainConfig::Validate() const {
   if (!(lr_final_scale >= 0 && lr_final_scale <= 1)) fail("lr_final_scale must be in [0, 1]");
   if (!(lr_decay_start >= 0 && lr_decay_start < 1)) fail("lr_decay_start must be in [0, 1)");
   if (horizon < 1) fail("horizon must be ≥ 1, got " + std::to_string(horizon));
+  if (warmup_horizon < 1) {
+    fail("warmup_horizon must be ≥ 1, got " + std::to_string(warmup_horizon));
+  }
   if (!(w_rec >= 0) || !(w_dyn >= 0) || !(w_bce >= 0) || !(w_kl >= 0) || !(w_norm >= 0) ||
       !std::isfinite(w_rec) || !std::isfinite(w_dyn) || !std::isfinite(w_bce) ||
       !std::isfinite(w_kl) || !std::isfinite(w_norm)) {
@@ -258,10 +268,12 @@ void TrainConfig::Validate() const {
   }
   if (!(integrator_warmup_epochs >= 0) || !std::isfinite(integrator_warmup_epochs) ||
       !(w_dyn_warmup_epochs >= 0) || !std::isfinite(w_dyn_warmup_epochs) ||
-      !(augment_warmup_epochs >= 0) || !std::isfinite(augment_warmup_epochs)) {
+      !(augment_warmup_epochs >= 0) || !std::isfinite(augment_warmup_epochs) ||
+      !(horizon_warmup_epochs >= 0) || !std::isfinite(horizon_warmup_epochs) ||
+      !(dynamics_lr_warmup_epochs >= 0) || !std::isfinite(dynamics_lr_warmup_epochs)) {
     fail(
-        "integrator_warmup_epochs, w_dyn_warmup_epochs and augment_warmup_epochs must be finite "
-        "and ≥ 0");
+        "integrator_warmup_epochs, w_dyn_warmup_epochs, augment_warmup_epochs, "
+        "horizon_warmup_epochs and dynamics_lr_warmup_epochs must be finite and ≥ 0");
   }
   if (batch_sequences < 1 || batch_sequences > 4096) {
     fail("batch_sequences must be in [1, 4096], got " + std::to_string(batch_sequences));
@@ -333,6 +345,19 @@ IntegratorMethod TrainConfig::IntegratorAt(int64_t step, int64_t train_runs) con
 
 int TrainConfig::SubstepsAt(int64_t step, int64_t train_runs) const {
   return InWarmup(step, train_runs, integrator_warmup_epochs) ? 1 : integrator_substeps;
+}
+
+int TrainConfig::HorizonAt(int64_t step, int64_t train_runs) const {
+  return InWarmup(step, train_runs, horizon_warmup_epochs) ? warmup_horizon : horizon;
+}
+
+int TrainConfig::MaxHorizon() const {
+  return horizon_warmup_epochs > 0 ? std::max(horizon, warmup_horizon) : horizon;
+}
+
+double TrainConfig::DynamicsLrScaleAt(int64_t step, int64_t train_runs) const {
+  return InWarmup(step, train_runs, dynamics_lr_warmup_epochs) ? warmup_dynamics_lr_scale
+                                                              : dynamics_lr_scale;
 }
 
 bool TrainConfig::AugmentAt(int64_t step, int64_t train_runs) const {

@@ -23,8 +23,9 @@ json ToJson(const StepRecord& r) {
             {"epoch", r.epoch},    {"loss", r.loss},
             {"rec", r.rec},        {"dyn", r.dyn},
             {"bce", r.bce},        {"lr", r.lr},
+            {"dynamics_lr", r.dynamics_lr},
             {"w_dyn", r.w_dyn},    {"integrator", r.integrator},
-            {"seconds", r.seconds}};
+            {"horizon", r.horizon}, {"seconds", r.seconds}};
   if (r.kl) j["kl"] = *r.kl;
   return j;
 }
@@ -62,7 +63,9 @@ MetricsHistory ReadMetrics(const fs::path& file) {
         r.bce = j.value("bce", 0.0);
         if (j.contains("kl")) r.kl = j.value("kl", 0.0);
         r.lr = j.value("lr", 0.0);
+        r.dynamics_lr = j.value("dynamics_lr", 0.0);
         r.w_dyn = j.value("w_dyn", 0.0);
+        r.horizon = j.value("horizon", int64_t(0));
         r.integrator = j.value("integrator", std::string("euler"));
         r.seconds = j.value("seconds", 0.0);
         h.steps.push_back(r);

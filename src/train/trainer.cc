@@ -122,9 +122,9 @@ torch::Device ResolveDevice(const std::string& name) {
 PreparedDataset PrepareDataset(const TrainConfig& config, GlBackend gl, bool progress) {
   PreparedDataset out;
   out.path = config.DataFile();
-  if (config.data.empty() && (config.size % 4 != 0 || config.frames < config.horizon + 2)) {
+  if (config.data.empty() && (config.size % 4 != 0 || config.frames < config.MaxHorizon() + 2)) {
     throw InputError("[data] size must be a multiple of 4 and frames ≥ horizon + 2 = " +
-                     std::to_string(config.horizon + 2) + " to train on the data set");
+                     std::to_string(config.MaxHorizon() + 2) + " to train on the data set");
   }
   if (fs::exists(out.path)) return out;
   if (!config.data.empty() && config.env.empty()) {
@@ -231,10 +231,10 @@ class Trainer {
       throw InputError("'" + file.string() + "' has " + std::to_string(info.size) +
                        " px images; the U-Net needs a multiple of 4");
     }
-    if (info.frames < cfg_.horizon + 2) {
+    if (info.frames < cfg_.MaxHorizon() + 2) {
       throw InputError("'" + file.string() + "' has " + std::to_string(info.frames) +
-                       " frames per run; horizon " + std::to_string(cfg_.horizon) + " needs ≥ " +
-                       std::to_string(cfg_.horizon + 2));
+                       " frames per run; horizon " + std::to_string(cfg_.MaxHorizon()) + " needs ≥ " +
+                       std::to_string(cfg_.MaxHorizon() + 2));
     }
     if (info.train_runs < 1) throw InputError("'" + file.string() + "' has no training runs");
     LoadRuns(*data_, data_->TrainRuns(), &train_images_, &train_actions_);
@@ -322,12 +322,12 @@ class Trainer {
         std::make_unique<torch::optim::Adam>(std::move(groups), torch::optim::AdamOptions(cfg_.lr));
   }
 
-  // Learning rates of both groups at `factor` × the config's (the schedule's value).
-  void SetLearningRates(double factor) {
+  // Learning rates of both groups at `factor` × the config's (the schedule's value), the
+  // dynamics parameters' at `dynamics_scale` × that.
+  void SetLearningRates(double factor, double dynamics_scale) {
     auto& g = adam_->param_groups();
     static_cast<torch::optim::AdamOptions&>(g[0].options()).lr(cfg_.lr * factor);
-    static_cast<torch::optim::AdamOptions&>(g[1].options())
-        .lr(cfg_.lr * cfg_.dynamics_lr_scale * factor);
+    static_cast<torch::optim::AdamOptions&>(g[1].options()).lr(cfg_.lr * dynamics_scale * factor);
   }
 
   // The random stream, and on --resume the saved parameters, optimizer state, position and
@@ -337,7 +337,7 @@ class Trainer {
     if (!options_.resume) return;
     LoadCheckpoint(last_, model_, adam_.get(), &pos_);
     std::istringstream(pos_.rng_state) >> rng_;
-    SetLearningRates(1.0);
+    SetLearningRates(1.0, cfg_.DynamicsLrScaleAt(pos_.step, steps_per_epoch_));
     if (!pos_.config_toml.empty()) {
       TrainConfig saved;
       saved.MergeToml(pos_.config_toml, last_.string());
@@ -488,7 +488,7 @@ class Trainer {
     }
     const auto step_start = std::chrono::steady_clock::now();
     LossOptions lo;
-    lo.horizon = cfg_.horizon;
+    lo.horizon = cfg_.HorizonAt(pos_.step, steps_per_epoch_);
     lo.w_rec = cfg_.w_rec;
     lo.w_bce = cfg_.w_bce;
     lo.max_acceleration = cfg_.max_acceleration;
@@ -549,7 +549,8 @@ class Trainer {
       if (p.grad().defined()) p.grad().clamp_(-cfg_.grad_clip, cfg_.grad_clip);
     }
     const double lr_factor = cfg_.LearningRateFactor(pos_.step, cfg_.TotalSteps(steps_per_epoch_));
-    SetLearningRates(lr_factor);
+    const double dynamics_scale = cfg_.DynamicsLrScaleAt(pos_.step, steps_per_epoch_);
+    SetLearningRates(lr_factor, dynamics_scale);
     adam_->step();
     ++pos_.step;
     ++pos_.step_in_epoch;
@@ -562,6 +563,8 @@ class Trainer {
     rec.bce = sums[3] / double(B_);
     if (own_objective) rec.kl = sums[4] / double(B_);
     rec.lr = cfg_.lr * lr_factor;
+    rec.dynamics_lr = rec.lr * dynamics_scale;
+    rec.horizon = lo.horizon;
     rec.w_dyn = lo.w_dyn;
     rec.integrator = IntegratorMethodString(lo.integrator);
     rec.seconds =

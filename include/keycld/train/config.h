@@ -38,12 +38,20 @@ struct TrainConfig {
   double lr = 3e-4;                      // estimator and renderer
   double dynamics_lr_scale = 0.2;        // dynamics parameters (mass, potential, input matrix;
                                          // NODE2's network): lr · scale
+  /// Schedule: the dynamics parameters at lr · `warmup_dynamics_lr_scale` during the first
+  /// `dynamics_lr_warmup_epochs` epochs (fractions allowed), then at lr · dynamics_lr_scale.
+  double warmup_dynamics_lr_scale = 0.2;
+  double dynamics_lr_warmup_epochs = 0;
   double grad_clip = 5.0;                // element-wise clip before Adam
   std::string lr_schedule = "constant";  // constant (the paper) | cosine: both learning rates
                                          // decay as ½(1 + cos(π·step/total)) to lr_final_scale × lr
   double lr_final_scale = 0.0;  // cosine: the final fraction of the learning rates
   double lr_decay_start = 0.0;  // cosine: fraction of the steps before the decay begins
   int horizon = 4;              // P, frame intervals predicted by the dynamics loss
+  /// Schedule: P = `warmup_horizon` during the first `horizon_warmup_epochs` epochs (fractions
+  /// allowed), then P = horizon.
+  int warmup_horizon = 4;
+  double horizon_warmup_epochs = 0;
   /// The dynamics loss's integrator: "euler" (the paper's, biased: its learned acceleration
   /// comes out ≈1.38× too large, docs/method.md §5), "rk4" or "verlet" (unbiased).
   std::string integrator = "euler";
@@ -91,11 +99,16 @@ struct TrainConfig {
   /// 1 for "constant"; for "cosine" 1 until s₀ = lr_decay_start·total, then
   /// f + (1 − f)·½(1 + cos(π·(step − s₀)/(total − s₀))) with f = lr_final_scale.
   double LearningRateFactor(int64_t step, int64_t total) const;
-  /// The dynamics loss's integrator, substeps and weights at optimisation step `step`
+  /// The dynamics loss's integrator, substeps, weights, horizon and the dynamics parameters'
+  /// learning-rate scale at optimisation step `step`
   /// (0-based) of a run with `train_runs` steps per epoch (StepsPerEpoch; the schedules above).
   IntegratorMethod IntegratorAt(int64_t step, int64_t train_runs) const;
   int SubstepsAt(int64_t step, int64_t train_runs) const;
   double WDynAt(int64_t step, int64_t train_runs) const;
+  int HorizonAt(int64_t step, int64_t train_runs) const;
+  double DynamicsLrScaleAt(int64_t step, int64_t train_runs) const;
+  /// The longest horizon of the schedule (the data's runs need ≥ this + 2 frames).
+  int MaxHorizon() const;
   bool AugmentAt(int64_t step, int64_t train_runs) const;
   /// Throws InputError for an out-of-range value.
   void Validate() const;
