@@ -312,6 +312,38 @@ TEST(Train, DynamicsLossOfGivenKeypoints) {
   EXPECT_THROW(DynamicsLoss(k, torch::rand({5, 2}), u, rk4), InputError);  // N < P + 2
 }
 
+// L_con is Σ_t Σ_c Φ_c(x_t)² of the estimated keypoints, with the acrobot's Φ written out
+// (‖p₁‖ − 0.3, ‖p₁ − p₂‖ − 0.3; docs/method.md §4); w_con adds w_con · L_con to the total; the
+// unconstrained ablation has no constraints, so no term.
+TEST(Train, ConstraintResidualTerm) {
+  testing::TempDir dir;
+  Dataset d = Dataset::Open(testing::TinyData(dir.path(), EnvName::kAcrobot));
+  torch::Tensor images = ImagesToFloat(
+      torch::from_blob(d.ReadImages(1).data(), {10, 16, 16, 3}, torch::kUInt8).clone(),
+      torch::kCPU);
+  const torch::Tensor u = torch::zeros({2});
+  torch::manual_seed(4);
+  Model k = CreateModel(testing::TinyModelSpec(EnvName::kAcrobot, "keycld"));
+  torch::NoGradGuard g;
+  const torch::Tensor x = k->Encode(images).keypoints.reshape({10, 4}).to(torch::kFloat64);
+  const torch::Tensor p1 = x.slice(1, 0, 2), p2 = x.slice(1, 2, 4);
+  const double expected = ((p1.norm(2, 1) - 0.3).square().sum() +
+                           ((p1 - p2).norm(2, 1) - 0.3).square().sum())
+                              .item<double>();
+  LossOptions plain, weighted;
+  weighted.w_con = 2.5;
+  const LossTerms a = SequenceLoss(k, images, u, {}, plain);
+  const LossTerms b = SequenceLoss(k, images, u, {}, weighted);
+  EXPECT_GT(expected, 1e-3);
+  EXPECT_NEAR(a.constraint.item<double>(), expected, 1e-5 * expected);
+  EXPECT_NEAR(b.total.item<double>() - a.total.item<double>(), 2.5 * expected, 1e-4 * expected);
+  Model nc = CreateModel(testing::TinyModelSpec(EnvName::kAcrobot, "keycld-nc"));
+  EXPECT_EQ(SequenceLoss(nc, images, u, {}, weighted).constraint.item<double>(), 0.0);
+  TrainConfig bad;
+  bad.w_con = -1;
+  EXPECT_THROW(bad.Validate(), InputError);
+}
+
 TEST(Train, IntegratorAndWeightSchedules) {
   TrainConfig c;
   c.integrator = "rk4";

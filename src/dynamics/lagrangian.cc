@@ -212,4 +212,9 @@ torch::Tensor LagrangianDynamics::ProjectVelocity(const torch::Tensor& x,
   return keycld::ProjectVelocity(constraints_, x, xdot, options_);
 }
 
+torch::Tensor LagrangianDynamics::ConstraintValues(const torch::Tensor& x) {
+  if (constraints_.num_constraints() == 0) return torch::zeros({x.size(0), 0}, x.options());
+  return constraints_.Phi(x);
+}
+
 }  // namespace keycld

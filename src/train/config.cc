@@ -79,6 +79,7 @@ std::vector<Field> Fields(TrainConfig& c) {
       {"train", "w_dyn", &c.w_dyn},
       {"train", "w_dyn_warmup_epochs", &c.w_dyn_warmup_epochs},
       {"train", "w_bce", &c.w_bce},
+      {"train", "w_con", &c.w_con},
       {"train", "w_kl", &c.w_kl},
       {"train", "w_norm", &c.w_norm},
       {"train", "augment", &c.augment},
@@ -249,9 +250,9 @@ void TrainConfig::Validate() const {
     fail("warmup_horizon must be ≥ 1, got " + std::to_string(warmup_horizon));
   }
   if (!(w_rec >= 0) || !(w_dyn >= 0) || !(w_bce >= 0) || !(w_kl >= 0) || !(w_norm >= 0) ||
-      !std::isfinite(w_rec) || !std::isfinite(w_dyn) || !std::isfinite(w_bce) ||
-      !std::isfinite(w_kl) || !std::isfinite(w_norm)) {
-    fail("loss weights w_rec, w_dyn, w_bce, w_kl, w_norm must be finite and ≥ 0");
+      !(w_con >= 0) || !std::isfinite(w_rec) || !std::isfinite(w_dyn) || !std::isfinite(w_bce) ||
+      !std::isfinite(w_kl) || !std::isfinite(w_norm) || !std::isfinite(w_con)) {
+    fail("loss weights w_rec, w_dyn, w_bce, w_con, w_kl, w_norm must be finite and ≥ 0");
   }
   for (const auto& [key, name] :
        {std::pair{"integrator", &integrator}, std::pair{"warmup_integrator", &warmup_integrator}}) {

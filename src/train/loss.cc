@@ -88,11 +88,19 @@ LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::T
   torch::Tensor l_rec = (images - rendered).square().sum() / double(N);
   torch::Tensor l_bce = HeatmapBce(enc.heatmaps, enc.keypoints, spec.sigma);
 
+  torch::Tensor l_con =
+      model->dynamics()
+          .ConstraintValues(enc.keypoints.reshape({N, 2 * spec.num_keypoints}))
+          .square()
+          .sum();
+
   LossTerms out;
   out.reconstruction = l_rec;
   out.dynamics = l_dyn;
   out.heatmap = l_bce;
+  out.constraint = l_con;
   out.total = options.w_rec * l_rec + options.w_dyn * l_dyn + options.w_bce * l_bce;
+  if (options.w_con > 0) out.total = out.total + options.w_con * l_con;
   return out;
 }
 

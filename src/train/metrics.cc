@@ -27,6 +27,7 @@ json ToJson(const StepRecord& r) {
             {"w_dyn", r.w_dyn},    {"integrator", r.integrator},
             {"horizon", r.horizon}, {"seconds", r.seconds}};
   if (r.kl) j["kl"] = *r.kl;
+  if (r.con) j["con"] = *r.con;
   return j;
 }
 
@@ -62,6 +63,7 @@ MetricsHistory ReadMetrics(const fs::path& file) {
         r.dyn = j.value("dyn", 0.0);
         r.bce = j.value("bce", 0.0);
         if (j.contains("kl")) r.kl = j.value("kl", 0.0);
+        if (j.contains("con")) r.con = j.value("con", 0.0);
         r.lr = j.value("lr", 0.0);
         r.dynamics_lr = j.value("dynamics_lr", 0.0);
         r.w_dyn = j.value("w_dyn", 0.0);

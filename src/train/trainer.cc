@@ -491,6 +491,7 @@ class Trainer {
     lo.horizon = cfg_.HorizonAt(pos_.step, steps_per_epoch_);
     lo.w_rec = cfg_.w_rec;
     lo.w_bce = cfg_.w_bce;
+    lo.w_con = cfg_.w_con;
     lo.max_acceleration = cfg_.max_acceleration;
     lo.integrator = cfg_.IntegratorAt(pos_.step, steps_per_epoch_);
     lo.substeps = cfg_.SubstepsAt(pos_.step, steps_per_epoch_);
@@ -499,8 +500,9 @@ class Trainer {
     lo.w_norm = cfg_.w_norm;
     const bool augment = cfg_.AugmentAt(pos_.step, steps_per_epoch_);
     adam_->zero_grad();
-    // total, reconstruction, dynamics, heatmap summed over this rank's runs; failures.
-    double sums[5] = {0, 0, 0, 0, 0};
+    // total, reconstruction, dynamics, heatmap, KL, constraint summed over this rank's runs;
+    // failures.
+    double sums[6] = {0, 0, 0, 0, 0, 0};
     const bool own_objective = dynamic_cast<OwnObjective*>(model_.get()) != nullptr;
     std::string failure;
     for (int64_t j = 0; j < B_; ++j) {
@@ -530,6 +532,7 @@ class Trainer {
         sums[2] += loss.dynamics.item<double>();
         sums[3] += loss.heatmap.item<double>();
         if (loss.kl.defined()) sums[4] += loss.kl.item<double>();
+        if (loss.constraint.defined()) sums[5] += loss.constraint.item<double>();
       } catch (const c10::Error& e) {
         // LibTorch's own checks on non-finite values (e.g. a singular solve of the constraint
         // forces once the masses overflow) are the same failure as a non-finite loss.
@@ -538,11 +541,12 @@ class Trainer {
     }
     if (world_ > 1) {
       torch::Tensor stats =
-          torch::tensor({sums[0], sums[1], sums[2], sums[3], sums[4], failure.empty() ? 0.0 : 1.0},
+          torch::tensor({sums[0], sums[1], sums[2], sums[3], sums[4], sums[5],
+                         failure.empty() ? 0.0 : 1.0},
                         torch::kFloat64);
       AllReduceGradients(stats);
-      for (int i = 0; i < 5; ++i) sums[i] = stats[i].item<double>();
-      if (failure.empty() && stats[5].item<double>() > 0) failure = "failure on another rank";
+      for (int i = 0; i < 6; ++i) sums[i] = stats[i].item<double>();
+      if (failure.empty() && stats[6].item<double>() > 0) failure = "failure on another rank";
     }
     if (!failure.empty()) throw NumericalError(Diverged(failure));
     for (auto& p : model_->parameters()) {
@@ -562,6 +566,7 @@ class Trainer {
     rec.dyn = sums[2] / double(B_);
     rec.bce = sums[3] / double(B_);
     if (own_objective) rec.kl = sums[4] / double(B_);
+    if (!own_objective) rec.con = sums[5] / double(B_);
     rec.lr = cfg_.lr * lr_factor;
     rec.dynamics_lr = rec.lr * dynamics_scale;
     rec.horizon = lo.horizon;

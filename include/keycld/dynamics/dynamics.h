@@ -33,6 +33,13 @@ class Dynamics {
     return xdot;
   }
 
+  /// The model's holonomic constraint values Φ(x) [B, C] (normalized image units; docs/method.md
+  /// §4) at the states x [B, 2K]; C = 0 (an empty [B, 0] tensor) for a model without
+  /// constraints, the default.
+  virtual torch::Tensor ConstraintValues(const torch::Tensor& x) {
+    return torch::zeros({x.size(0), 0}, x.options());
+  }
+
   /// The acceleration function for the integrators (integrators.h) with the action u held
   /// constant. The returned function references *this, which must outlive it.
   AccelerationFn WithAction(torch::Tensor u) {

@@ -146,6 +146,8 @@ class LagrangianDynamics : public Dynamics {
                              const torch::Tensor& u) override;
   /// ẋ − D⁺ D ẋ (docs/method.md §5); identity without constraints.
   torch::Tensor ProjectVelocity(const torch::Tensor& x, const torch::Tensor& xdot) override;
+  /// Φ(x) of its constraints ([B, 0] without any).
+  torch::Tensor ConstraintValues(const torch::Tensor& x) override;
 
   const HolonomicConstraints& constraints() const { return constraints_; }
   EnergyModel& energy() { return *energy_; }

@@ -64,6 +64,9 @@ struct TrainConfig {
   /// the paper's); see LossOptions::max_acceleration.
   double max_acceleration = 0;
   double w_rec = 1.0, w_dyn = 1.0, w_bce = 1.0;
+  /// Weight of the constraint residual of the estimated keypoints, L_con (LossOptions::w_con;
+  /// 0 = the paper's objective).
+  double w_con = 0.0;
   /// The VAE baselines' weights (docs/baselines.md): the KL of the posterior and the penalty
   /// (mean ‖encoder mean‖ − 1)² that keeps the unnormalised angle estimate near the unit circle
   /// (published: 1 and 0.01). KeyCLD and its ablations ignore them.

@@ -8,10 +8,14 @@
 namespace keycld {
 
 struct LossTerms {
-  torch::Tensor total;           // L = w_rec·L_rec + w_dyn·L_dyn + w_bce·L_bce (scalar)
+  torch::Tensor total;  // L = w_rec·L_rec + w_dyn·L_dyn + w_bce·L_bce [+ w_con·L_con] (scalar)
   torch::Tensor reconstruction;  // L_rec: Σ over frames, pixels, channels of squared error / N
   torch::Tensor dynamics;  // L_dyn: Σ over starts t and steps j = 0…P of ‖x_{t+j} − x̂_{t+j|t}‖²
   torch::Tensor heatmap;  // L_bce
+  /// L_con = Σ over frames t and constraints c of Φ_c(x_t)²: how far the estimated keypoints
+  /// are from the system's holonomic constraints (docs/training.md, "Constraint residual");
+  /// a zero scalar for a model without constraints.
+  torch::Tensor constraint;
   /// The VAE baselines' KL of the posterior against the prior, mean over windows (undefined
   /// for KeyCLD and its ablations).
   torch::Tensor kl;
@@ -20,6 +24,9 @@ struct LossTerms {
 struct LossOptions {
   int horizon = 4;  // P
   double w_rec = 1.0, w_dyn = 1.0, w_bce = 1.0;
+  /// Weight of L_con (0 = the paper's objective, which meets the constraints only through the
+  /// dynamics loss).
+  double w_con = 0.0;
   /// The integrator of the dynamics loss: euler (the paper's; biased, its learned acceleration
   /// comes out about 1.38× too large for P = 4, docs/method.md §5), rk4 or verlet (exact for a
   /// constant acceleration). Dopri5 is refused.
@@ -66,7 +73,7 @@ torch::Tensor DynamicsLoss(Model& model, const torch::Tensor& x, const torch::Te
 /// 2. from every start t = 1 … N−1−P, P frame intervals of `options.integrator` (each of
 ///    `options.substeps` steps of Δt / substeps), all starts as one batch;
 /// 3. every frame rendered from its keypoints; 4. heatmap BCE against the detached Gaussian
-///    maps of the estimates. Throws InputError if N < P + 2, shapes disagree with the model, the
+///    maps of the estimates; 5. L_con, the squared constraint values of the estimates. Throws InputError if N < P + 2, shapes disagree with the model, the
 ///    integrator is dopri5 or substeps < 1. A model with an OwnObjective gets the sequence
 ///    instead (the dihedral transforms are not used).
 LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::Tensor& u,

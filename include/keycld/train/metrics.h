@@ -1,8 +1,9 @@
 // metrics.jsonl of a training run: one JSON object per line, written by the trainer and read by
 // evaluation and the benchmark. The one reader and writer of the format:
-//   {"type":"step", step, epoch, loss, rec, dyn, bce, [kl,] lr, dynamics_lr, w_dyn, integrator,
-//    horizon, seconds}
-//   (kl: the VAE baselines' KL term, docs/baselines.md)
+//   {"type":"step", step, epoch, loss, rec, dyn, bce, [kl | con,] lr, dynamics_lr, w_dyn,
+//    integrator, horizon, seconds}
+//   (kl: the VAE baselines' KL term, docs/baselines.md; con: the constraint residual L_con of
+//   the keypoint models, train/loss.h, whatever its weight)
 //   {"type":"epoch", epoch, step, seconds, [val_vpt_mean, val_vpt_std, val_vpt_median, val_runs,
 //    dopri5_steps | val_error]}
 // `step` counts optimiser steps from 1; `epoch` is 1-based; `seconds` is the step's own time
@@ -20,7 +21,8 @@ namespace keycld {
 struct StepRecord {
   int64_t step = 0, epoch = 0;
   double loss = 0, rec = 0, dyn = 0, bce = 0;
-  std::optional<double> kl;  // the VAE baselines only
+  std::optional<double> kl;   // the VAE baselines only
+  std::optional<double> con;  // the keypoint models only
   double lr = 0, dynamics_lr = 0, w_dyn = 0;  // dynamics_lr: the mass, V and B's
   std::string integrator;
   int64_t horizon = 0;  // P of the step's dynamics loss
