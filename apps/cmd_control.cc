@@ -37,7 +37,8 @@ struct ControlArgs {
   std::string model_source = "learned", env, law = "auto", reference = "auto";
   int size = 32;
   std::string gain_scale = "mass", device = "cpu";
-  double seconds = 10.0, kp = 25.0, kd = 10.0, u_max = 0.0;
+  double seconds = 10.0;
+  std::optional<double> kp, kd, u_max;  // unset: the system's defaults (ControlDefaults)
   double angle_tolerance = 0.1, position_tolerance = 0.1, hold = 1.0, speed_tolerance = 1.0;
   int threads = 1;
   bool raw_pinv = false, no_video = false;
@@ -56,16 +57,30 @@ std::string JoinErrors(const Environment& env, const std::vector<double>& e) {
   return s;
 }
 
-// The option checks CLI11 cannot express, then the controller's options.
-ControllerOptions CheckControlArgs(const ControlArgs& a) {
+// The gains and the action limit of the keypoint law when the command line gives none
+// (docs/control.md, "Defaults per system"): k_p 25, k_d 10 and no limit, except for the acrobot,
+// whose learned and known models held 9 and 10 of 10 targets with k_p 100, k_d 20, |u| ≤ 20
+// (4 and 10 of 10 with the defaults; a tilted arm needs more than |u| ≤ 5).
+struct ControlDefaults {
+  double kp = 25.0, kd = 10.0, u_max = 0.0;
+};
+
+ControlDefaults DefaultsFor(EnvName env, bool keypoint_law) {
+  if (env == EnvName::kAcrobot && keypoint_law) return {100.0, 20.0, 20.0};
+  return {};
+}
+
+// The option checks CLI11 cannot express, then the controller's options (unset gains and limit
+// from `defaults`).
+ControllerOptions CheckControlArgs(const ControlArgs& a, const ControlDefaults& defaults) {
   if (!a.target_truth.empty() && a.target_image.empty()) {
     throw InputError("--target-truth goes with --target-image (--target-state is the truth)");
   }
   ControllerOptions copt;
-  copt.kp = a.kp;
-  copt.kd = a.kd;
+  copt.kp = a.kp.value_or(defaults.kp);
+  copt.kd = a.kd.value_or(defaults.kd);
   copt.gain_scale = ParseGainScale(a.gain_scale);
-  copt.u_max = a.u_max;
+  copt.u_max = a.u_max.value_or(defaults.u_max);
   copt.tangent_projection = !a.raw_pinv;
   copt.Validate();
   return copt;
@@ -373,8 +388,10 @@ nlohmann::json ReferenceJson(const std::vector<ControlStep>& steps, const Contro
 }
 
 int RunControl(const ControlArgs& a, const GlobalOptions& global) {
-  const ControllerOptions copt = CheckControlArgs(a);
+  CheckControlArgs(a, {});  // bad options fail before the model loads
   const ControlSetup setup = OpenControlSetup(a);
+  const ControllerOptions copt =
+      CheckControlArgs(a, DefaultsFor(setup.env, setup.law == Law::kKeypoint));
   Environment env(setup.system);
   const int size = setup.image_size;
   const std::vector<double> init = a.init_state.empty()
@@ -498,16 +515,19 @@ Runner AddControlCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> glo
   cmd->add_option("--seconds", a->seconds, "Simulated time (s), in (0, 3600]")
       ->check(FiniteRange(0, 3600, /*lo_open=*/true))
       ->capture_default_str();
-  cmd->add_option("--kp", a->kp, "Stiffness gain k_p (1/s² per unit mass with --gain-scale mass)")
-      ->capture_default_str();
-  cmd->add_option("--kd", a->kd, "Damping gain k_d (1/s per unit mass with --gain-scale mass)")
-      ->capture_default_str();
+  cmd->add_option("--kp", a->kp,
+                  "Stiffness gain k_p (1/s² per unit mass with --gain-scale mass; default 25, "
+                  "the acrobot's keypoint law 100)");
+  cmd->add_option("--kd", a->kd,
+                  "Damping gain k_d (1/s per unit mass with --gain-scale mass; default 10, the "
+                  "acrobot's keypoint law 20)");
   cmd->add_option("--gain-scale", a->gain_scale,
                   "mass: K = k·M (gains independent of the model's energy unit) | unit: K = k")
       ->check(CLI::IsMember(Names<GainScale>()))
       ->capture_default_str();
-  cmd->add_option("--u-max", a->u_max, "Actuator limit |u_i| ≤ U (0 = none)")
-      ->capture_default_str();
+  cmd->add_option("--u-max", a->u_max,
+                  "Actuator limit |u_i| ≤ U (0 = none; default none, the acrobot's keypoint "
+                  "law 20)");
   cmd->add_flag("--raw-pinv", a->raw_pinv,
                 "u = B⁺ f as written, without projecting B and f on the constraints' tangent "
                 "space");

@@ -111,6 +111,34 @@ TEST(ControlCli, WritesCsvVideoPlotAndSummary) {
   EXPECT_FALSE(fs::exists(dir / "ref"));
 }
 
+// Gains and the action limit: unset, the system's defaults (the acrobot's keypoint law k_p 100,
+// k_d 20, |u| ≤ 20; every other system 25, 10, none); given, the command line's.
+TEST(ControlCli, GainsDefaultPerSystemAndTheCommandLineOverrides) {
+  testing::TempDir dir;
+  auto controller = [&](const std::string& args) {
+    const fs::path out = dir / ("c" + std::to_string(std::hash<std::string>()(args)));
+    std::string log;
+    EXPECT_EQ(testing::RunCli("control --model-source known --size 16 --seconds 0.02 --no-video "
+                              "--threads 1 --out " + out.string() + " " + args,
+                              &log),
+              0)
+        << log;
+    return nlohmann::json::parse(Slurp(out / "summary.json"))["controller"];
+  };
+  auto acrobot = controller("--env acrobot --target-state 0,0");
+  EXPECT_EQ(acrobot["kp"], 100.0);
+  EXPECT_EQ(acrobot["kd"], 20.0);
+  EXPECT_EQ(acrobot["u_max"], 20.0);
+  auto given = controller("--env acrobot --target-state 0,0 --kp 30 --u-max 0");
+  EXPECT_EQ(given["kp"], 30.0);
+  EXPECT_EQ(given["kd"], 20.0);
+  EXPECT_EQ(given["u_max"], 0.0);
+  auto cartpole = controller("--env cartpole --target-state 0,0");
+  EXPECT_EQ(cartpole["kp"], 25.0);
+  EXPECT_EQ(cartpole["kd"], 10.0);
+  EXPECT_EQ(cartpole["u_max"], 0.0);
+}
+
 TEST(ControlCli, RefusesWhatItCannotControl) {
   testing::TempDir dir;
   const fs::path none = MakeRun(dir, "none", EnvName::kPendulum, "none");
