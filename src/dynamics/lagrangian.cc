@@ -213,8 +213,7 @@ torch::Tensor LagrangianDynamics::ProjectVelocity(const torch::Tensor& x,
 }
 
 torch::Tensor LagrangianDynamics::ConstraintValues(const torch::Tensor& x) {
-  if (constraints_.num_constraints() == 0) return torch::zeros({x.size(0), 0}, x.options());
-  return constraints_.Phi(x);
+  return constraints_.Phi(x);  // [B, 0] without constraints
 }
 
 }  // namespace keycld

@@ -73,8 +73,9 @@ torch::Tensor DynamicsLoss(Model& model, const torch::Tensor& x, const torch::Te
 /// 2. from every start t = 1 … N−1−P, P frame intervals of `options.integrator` (each of
 ///    `options.substeps` steps of Δt / substeps), all starts as one batch;
 /// 3. every frame rendered from its keypoints; 4. heatmap BCE against the detached Gaussian
-///    maps of the estimates; 5. L_con, the squared constraint values of the estimates. Throws InputError if N < P + 2, shapes disagree with the model, the
-///    integrator is dopri5 or substeps < 1. A model with an OwnObjective gets the sequence
+///    maps of the estimates; 5. L_con, the squared constraint values of the estimates. Throws
+///    InputError if N < P + 2, shapes disagree with the model, the integrator is dopri5 or
+///    substeps < 1. A model with an OwnObjective gets the sequence
 ///    instead (the dihedral transforms are not used).
 LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::Tensor& u,
                        const torch::Tensor& transform_ids, const LossOptions& options);
