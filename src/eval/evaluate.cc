@@ -17,6 +17,7 @@
 #include "keycld/train/checkpoint.h"
 #include "keycld/train/config.h"
 #include "keycld/train/metrics.h"
+#include "keycld/train/relabel.h"
 #include "keycld/train/trained_run.h"
 #include "keycld/train/trainer.h"
 #include "keycld/util/atomic_file.h"
@@ -138,6 +139,15 @@ GridData AnalyseGrid(TrainedRun& run, const torch::Tensor& images, EvaluationRep
     torch::Tensor phi = spec.Constraints().Phi(g.x.to(torch::kCPU, torch::kFloat64));
     report->constraint_rms = phi.square().mean().sqrt().item<double>();
     report->constraint_max = phi.abs().max().item<double>();
+  }
+  report->constraint_spread = report->best_constraint_spread = std::nan("");
+  if (report->image_keypoints && spec.Constraints().num_constraints() > 0 &&
+      spec.num_keypoints >= 2 && spec.num_keypoints <= 6 && n >= 2) {
+    const KeypointOrderChoice c = ChooseKeypointOrder(
+        spec.Constraints(), g.x.to(torch::kCPU, torch::kFloat64).reshape({n, -1, 2}), 1.0);
+    report->constraint_spread = c.current;
+    report->best_constraint_spread = c.best;
+    report->best_keypoint_order = c.order;
   }
   if (report->has_energy) g.v_learned = TensorValues(model->Potential(g.x));
   if (!info.has_state()) return g;
@@ -439,6 +449,15 @@ json RolloutJson(const RolloutDiagnostics& r) {
 constexpr const char* kNotImageKeypoints =
     "n/a (the model's states are generalised coordinates, not image keypoints)";
 
+// The keypoint order check (train/relabel.h), a table row, or nothing where there is none.
+std::string KeypointOrderRow(const EvaluationReport& r) {
+  if (r.best_keypoint_order.empty()) return "";
+  return "| keypoint order: spread of the constraints Σ Var Φ over the same estimates, the "
+         "model's / the least of any order (" +
+         KeypointOrderString(r.best_keypoint_order) + ") | " + Sci(r.constraint_spread) + " / " +
+         Sci(r.best_constraint_spread) + " |\n";
+}
+
 // The constraint residual, or why there is none.
 std::string ConstraintResidual(const EvaluationReport& r) {
   if (!r.image_keypoints) return kNotImageKeypoints;
@@ -527,6 +546,11 @@ void WriteEvaluationJson(const EvaluationReport& report, const TrainedRun& run,
                          {"median", report.mean_frame_vpt.median}};
   j["masses"] = report.masses;
   j["constraint_residual_grid"] = {{"rms", report.constraint_rms}, {"max", report.constraint_max}};
+  if (!report.best_keypoint_order.empty()) {
+    j["keypoint_order"] = {{"constraint_spread", report.constraint_spread},
+                           {"best_constraint_spread", report.best_constraint_spread},
+                           {"best_order", report.best_keypoint_order}};
+  }
   if (report.has_energy) {
     j["potential_vs_true"] = {{"r2", report.potential_r2}, {"scale", report.potential_scale}};
   }
@@ -600,6 +624,7 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
      << "| constraint residual of the estimates on " << ResidualStates(report) << " | "
      << ConstraintResidual(report) << (report.image_keypoints ? " (normalized image units)" : "")
      << " |\n"
+     << KeypointOrderRow(report)
      << "| learned V vs the simulator's potential (R² of an affine fit) | " << PotentialFit(report)
      << " |\n"
      << "| learned energy variation along a " << options.energy_frames

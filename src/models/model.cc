@@ -96,6 +96,11 @@ Trajectory ModelImpl::Rollout(const torch::Tensor& x0, const torch::Tensor& xdot
 
 bool ModelImpl::HasEnergy() const { return FindModelVariant(spec_.model).has_energy; }
 
+std::vector<RelabelledParameter> ModelImpl::KeypointRelabelling(const std::vector<int64_t>&) {
+  throw InputError("model '" + spec_.model +
+                   "' has no keypoint relabelling (only keycld and keycld-nc do)");
+}
+
 bool ModelImpl::StatesAreImageKeypoints() const {
   return FindModelVariant(spec_.model).image_keypoints;
 }

@@ -84,6 +84,7 @@ std::vector<Field> Fields(TrainConfig& c) {
       {"train", "w_norm", &c.w_norm},
       {"train", "augment", &c.augment},
       {"train", "augment_warmup_epochs", &c.augment_warmup_epochs},
+      {"train", "keypoint_relabel_epochs", &c.keypoint_relabel_epochs},
       {"train", "seed", &c.seed},
       {"train", "threads", &c.threads},
       {"train", "device", &c.device},
@@ -275,6 +276,13 @@ void TrainConfig::Validate() const {
     fail(
         "integrator_warmup_epochs, w_dyn_warmup_epochs, augment_warmup_epochs, "
         "horizon_warmup_epochs and dynamics_lr_warmup_epochs must be finite and ≥ 0");
+  }
+  if (keypoint_relabel_epochs < 0) {
+    fail("keypoint_relabel_epochs must be ≥ 0, got " + std::to_string(keypoint_relabel_epochs));
+  }
+  if (keypoint_relabel_epochs > 0 && model != "keycld") {
+    fail("keypoint_relabel_epochs needs model = keycld (the holonomic constraints decide the "
+         "order), the model is " + model);
   }
   if (batch_sequences < 1 || batch_sequences > 4096) {
     fail("batch_sequences must be in [1, 4096], got " + std::to_string(batch_sequences));

@@ -41,6 +41,9 @@ json ToJson(const EpochRecord& r) {
     j["dopri5_steps"] = r.dopri5_steps;
   }
   if (!r.val_error.empty()) j["val_error"] = r.val_error;
+  if (r.constraint_spread) j["constraint_spread"] = *r.constraint_spread;
+  if (r.best_constraint_spread) j["best_constraint_spread"] = *r.best_constraint_spread;
+  if (!r.relabelled.empty()) j["relabelled"] = r.relabelled;
   return j;
 }
 
@@ -84,6 +87,11 @@ MetricsHistory ReadMetrics(const fs::path& file) {
           r.dopri5_steps = j.value("dopri5_steps", int64_t(0));
         }
         r.val_error = j.value("val_error", std::string());
+        if (j.contains("constraint_spread")) r.constraint_spread = j.value("constraint_spread", 0.0);
+        if (j.contains("best_constraint_spread")) {
+          r.best_constraint_spread = j.value("best_constraint_spread", 0.0);
+        }
+        r.relabelled = j.value("relabelled", std::vector<int64_t>());
         h.epochs.push_back(r);
       }
     } catch (const json::exception&) {

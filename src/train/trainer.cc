@@ -22,6 +22,7 @@
 #include "keycld/train/distributed.h"
 #include "keycld/train/loss.h"
 #include "keycld/train/metrics.h"
+#include "keycld/train/relabel.h"
 #include "keycld/train/trained_run.h"
 #include "keycld/train/vpt.h"
 #include "keycld/util/atomic_file.h"
@@ -670,11 +671,45 @@ class Trainer {
     return checkpoints_ / name;
   }
 
+  // The keypoint order (train/relabel.h), on every rank alike: the estimates of the first
+  // training runs (the same runs, weights and so decision on every rank), every order's
+  // constraint spread, and a relabelling of the model and Adam's moments when one order is
+  // clearly better. Recorded in the epoch's record.
+  void KeypointOrderCheck() {
+    constexpr int64_t kRuns = 8;
+    constexpr double kRatio = 0.5;
+    torch::Tensor keypoints;
+    {
+      torch::NoGradGuard no_grad;
+      std::vector<torch::Tensor> parts;
+      for (int64_t r = 0; r < std::min(kRuns, R_); ++r) {
+        parts.push_back(model_->Encode(ImagesToFloat(train_images_[r], device_)).keypoints);
+      }
+      keypoints = torch::cat(parts).to(torch::kFloat64).cpu();  // [N, K, 2]
+    }
+    order_check_ = ChooseKeypointOrder(model_->spec().Constraints(), keypoints, kRatio);
+    if (!order_check_->relabel) return;
+    RelabelKeypoints(model_, order_check_->order, adam_.get());
+    if (!options_.quiet && Leader()) {
+      const std::string order = KeypointOrderString(order_check_->order);
+      std::printf("epoch %lld: keypoints relabelled to the order (%s): constraint spread %.3g, "
+                  "was %.3g\n",
+                  static_cast<long long>(pos_.epoch), order.c_str(), order_check_->best,
+                  order_check_->current);
+      std::fflush(stdout);
+    }
+  }
+
   // The validation VPT of the epoch that just ended, appended to metrics.jsonl.
   EpochRecord RecordEpoch() {
     EpochRecord rec;
     rec.epoch = pos_.epoch;
     rec.step = pos_.step;
+    if (order_check_) {
+      rec.constraint_spread = order_check_->current;
+      rec.best_constraint_spread = order_check_->best;
+      if (order_check_->relabel) rec.relabelled = order_check_->order;
+    }
     Validate(&rec);
     rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     metrics_->Append(rec);
@@ -701,6 +736,8 @@ class Trainer {
     pos_.order.clear();
     summary_.epochs_completed = pos_.epoch;
     saved_once_ = true;
+    order_check_.reset();
+    if (pos_.epoch <= cfg_.keypoint_relabel_epochs) KeypointOrderCheck();
     if (!Leader()) return;
     Save(last_);
     CopyFileAtomically(last_, EpochFile(pos_.epoch));
@@ -770,6 +807,7 @@ class Trainer {
   std::mt19937_64 rng_;
   TrainPosition pos_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::optional<KeypointOrderChoice> order_check_;  // the epoch's keypoint order check
   TrainSummary summary_;
   std::chrono::steady_clock::time_point start_;
   double step_seconds_ = 0;

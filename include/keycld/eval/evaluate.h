@@ -44,6 +44,11 @@ struct EvaluationReport {
   std::vector<double> masses;  // m_k (M = diag(m₁², m₁², …)), one per keypoint
   // Estimated keypoints of the state-grid images under the environment's constraints (§4).
   double constraint_rms = 0, constraint_max = 0;  // |Φ|, normalized image units
+  // The keypoint order check of training (train/relabel.h) on the same estimates: Σ_c Var Φ_c of
+  // the model's order and of the best of all K! orders (NaN where there is no check: K = 1,
+  // K > 6, no constraints, a baseline), and that order (new keypoint k = old best_order[k]).
+  double constraint_spread = 0, best_constraint_spread = 0;
+  std::vector<int64_t> best_keypoint_order;
   // Learned potential over the grid against the simulator's potential energy: R² of the best
   // affine fit V_learned ≈ a·V_true + b (1 = same shape), and the fitted scale a.
   double potential_r2 = 0, potential_scale = 0;

@@ -38,6 +38,8 @@ class KeypointEstimatorImpl : public torch::nn::Module {
 
   int64_t num_keypoints() const { return num_keypoints_; }
   int64_t hidden() const { return hidden_; }
+  /// The 3×3 convolution to the K heatmap logits (weight [K, h, 3, 3], bias [K]).
+  torch::nn::Conv2d& head() { return head_; }
 
  private:
   torch::Tensor Logits(const torch::Tensor& images, TrunkKernels kernels);

@@ -35,6 +35,9 @@ class RendererImpl : public torch::nn::Module {
   int64_t height() const { return height_; }
   int64_t width() const { return width_; }
   double sigma() const { return sigma_; }
+  /// The U-Net trunk; its first convolution reads cat(seed, Gaussian maps) (h input channels,
+  /// the maps last).
+  UNetTrunk& trunk() { return trunk_; }
 
  private:
   int64_t num_keypoints_, hidden_, height_, width_;

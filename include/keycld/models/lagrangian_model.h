@@ -19,6 +19,9 @@ class LagrangianModelImpl : public KeypointModelImpl {
   Dynamics& dynamics() override { return *dynamics_; }
   EnergyModel* energy() override { return energy_.get(); }
   std::vector<std::shared_ptr<torch::nn::Module>> DynamicsModules() override;
+  /// The perception's share, the mass scalars m_k, the input columns of V's and B's first
+  /// layers and the rows of B's last layer (the generalised force of keypoint k).
+  std::vector<RelabelledParameter> KeypointRelabelling(const std::vector<int64_t>& order) override;
 
  private:
   PotentialEnergy potential_{nullptr};

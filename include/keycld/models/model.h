@@ -17,6 +17,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,6 +115,14 @@ class OwnPrediction {
                                             const IntegratorOptions& options) = 0;
 };
 
+/// A parameter that a relabelling of the keypoints changes (ModelImpl::KeypointRelabelling) and
+/// the map from a tensor of its shape to the relabelled tensor, so that an optimizer's moments of
+/// the parameter can follow it (train/relabel.h).
+struct RelabelledParameter {
+  torch::Tensor parameter;
+  std::function<torch::Tensor(const torch::Tensor&)> relabel;
+};
+
 class ModelImpl : public torch::nn::Module {
  public:
   /// Validates `spec` (InputError).
@@ -174,6 +183,16 @@ class ModelImpl : public torch::nn::Module {
 
   /// Parameters trained with the learning rate lr (estimator, renderer, encoders, decoders).
   virtual std::vector<torch::Tensor> PerceptionParameters() = 0;
+  /// The parameters to change, and how, so that keypoint k of the model becomes its old
+  /// keypoint order[k] and nothing else changes: Encode's keypoints come out in the new order,
+  /// Render, the masses, V and B read them in it, so images → keypoints → images and the
+  /// Lagrangian's terms compute what they did, up to the order; only the holonomic constraints,
+  /// which name their keypoints, now act on other points (docs/training.md, "Keypoint order").
+  /// `order` is a permutation of 0 … K − 1. The caller applies the maps (train/relabel.h).
+  /// InputError for a variant without such a relabelling (every one but keycld and keycld-nc)
+  /// or an order that is not a permutation of the keypoints.
+  virtual std::vector<RelabelledParameter> KeypointRelabelling(const std::vector<int64_t>& order);
+
   /// The modules trained with lr · dynamics_lr_scale (mass, potential, input matrix; NODE2's
   /// network); DoublePrecisionDynamics casts them for evaluation.
   virtual std::vector<std::shared_ptr<torch::nn::Module>> DynamicsModules() = 0;

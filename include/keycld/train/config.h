@@ -76,6 +76,11 @@ struct TrainConfig {
   bool augment = true;  // dihedral augmentation of the estimator input
   /// No augmentation during the first `augment_warmup_epochs` epochs (fractions allowed).
   double augment_warmup_epochs = 0;
+  /// At the end of each of the first `keypoint_relabel_epochs` epochs the trainer compares every
+  /// order of the keypoints by how much the holonomic constraints vary along the estimates of
+  /// the first training runs and relabels the model to the best one when it varies less than
+  /// half as much as the present order (train/relabel.h; keycld only; 0 = never, the paper's).
+  int keypoint_relabel_epochs = 0;
   uint64_t seed = 0;
   int threads = 0;                 // LibTorch intra-op threads (0 = all cores)
   std::string device = "cpu";      // cpu | cuda | cuda:N

@@ -5,7 +5,10 @@
 //   (kl: the VAE baselines' KL term, docs/baselines.md; con: the constraint residual L_con of
 //   the keypoint models, train/loss.h, whatever its weight)
 //   {"type":"epoch", epoch, step, seconds, [val_vpt_mean, val_vpt_std, val_vpt_median, val_runs,
-//    dopri5_steps | val_error]}
+//    dopri5_steps | val_error], [constraint_spread, best_constraint_spread, relabelled]}
+//   (the keypoint order check of train/relabel.h in the first keypoint_relabel_epochs epochs:
+//   the spread of the order the epoch ended with, the least spread of any order, and the order
+//   the model was relabelled to, if it was)
 // `step` counts optimiser steps from 1; `epoch` is 1-based; `seconds` is the step's own time
 // for steps and the time since the invocation started for epochs.
 #pragma once
@@ -35,6 +38,8 @@ struct EpochRecord {
   std::optional<double> vpt_mean, vpt_std, vpt_median;  // unset when no validation ran
   int64_t val_runs = 0, dopri5_steps = 0;
   std::string val_error;  // why the validation failed (a diverged rollout)
+  std::optional<double> constraint_spread, best_constraint_spread;  // train/relabel.h
+  std::vector<int64_t> relabelled;  // new keypoint k = old relabelled[k]; empty: not relabelled
 };
 
 struct MetricsHistory {
