@@ -219,7 +219,7 @@ Runner AddTrainCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> globa
       if (a->hidden) t.config.hidden = *a->hidden;
       if (a->seed && *a->seed < 0) throw InputError("--seed must be ≥ 0");
       if (a->seed) t.config.seed = uint64_t(*a->seed);
-      if (!a->model.empty()) t.config.model = FindModelVariant(a->model).name;
+      if (!a->model.empty()) t.config.UseModel(FindModelVariant(a->model).name);
       if (!a->integrator.empty()) t.config.integrator = a->integrator;
       if (a->integrator_warmup) t.config.integrator_warmup_epochs = *a->integrator_warmup;
       if (a->batch_sequences) t.config.batch_sequences = *a->batch_sequences;

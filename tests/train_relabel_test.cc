@@ -207,6 +207,16 @@ TEST(Relabel, TrainingRecordsTheKeypointOrderCheck) {
   bad.model = "keycld";
   bad.keypoint_relabel_epochs = -1;
   EXPECT_THROW(bad.Validate(), InputError);
+  // A preset with the check and another model swapped in (--model, the benchmark's ablation
+  // cells) trains that model without it.
+  TrainConfig preset;
+  preset.keypoint_relabel_epochs = 10;
+  preset.UseModel("node2");
+  EXPECT_NO_THROW(preset.Validate());
+  EXPECT_EQ(preset.keypoint_relabel_epochs, 0);
+  preset.keypoint_relabel_epochs = 10;
+  preset.UseModel("keycld");
+  EXPECT_EQ(preset.keypoint_relabel_epochs, 10);
 }
 
 }  // namespace

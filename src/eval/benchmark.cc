@@ -482,7 +482,7 @@ std::vector<Setting> ReadSettings(const BenchmarkOptions& options, const fs::pat
           // The setting's preset with the model swapped in must fit the model (the baselines
           // refuse KeyCLD's augmentation and loss integrators): said now, not after hours.
           TrainConfig c = setting.config;
-          c.model = model;
+          c.UseModel(model);
           try {
             c.Validate();
           } catch (const InputError& e) {
@@ -582,7 +582,7 @@ BenchmarkCell NewCell(const Setting& setting, const std::string& model, int seed
   cell.dir = out / CellName(setting.env, setting.control, model, seed);
   const auto own = setting.model_configs.find(model);
   *cfg = own != setting.model_configs.end() ? own->second : setting.config;
-  cfg->model = model;
+  cfg->UseModel(model);
   cfg->seed = uint64_t(seed);
   cell.epochs = cfg->epochs;
   return cell;

@@ -403,6 +403,11 @@ std::filesystem::path TrainConfig::DataFile() const {
   return DatasetPath(g);
 }
 
+void TrainConfig::UseModel(const std::string& name) {
+  model = name;
+  if (model != "keycld") keypoint_relabel_epochs = 0;
+}
+
 std::string TrainConfig::ToToml() const {
   toml::table t;
   for (const char* name : kSections) t.insert(name, toml::table{});

@@ -120,6 +120,10 @@ struct TrainConfig {
   bool AugmentAt(int64_t step, int64_t train_runs) const;
   /// Throws InputError for an out-of-range value.
   void Validate() const;
+  /// Sets `model` to another variant, as `--model` and the benchmark's cells do with a preset:
+  /// the keypoint order check is for keycld's constraints, so any other model trains without it
+  /// (keypoint_relabel_epochs = 0).
+  void UseModel(const std::string& name);
   /// The resolved config as TOML (saved in the run folder as config.toml).
   std::string ToToml() const;
   /// The keys whose values differ from `other`'s, as "[section] key: A against B" joined
