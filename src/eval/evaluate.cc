@@ -135,19 +135,21 @@ GridData AnalyseGrid(TrainedRun& run, const torch::Tensor& images, EvaluationRep
   report->potential_r2 = report->potential_scale = std::nan("");
   report->dynamics.acceleration.scale = report->dynamics.acceleration.r2 = std::nan("");
   report->constraint_rms = report->constraint_max = std::nan("");
+  report->constraint_spread = report->best_constraint_spread = std::nan("");
   if (report->image_keypoints) {
-    torch::Tensor phi = spec.Constraints().Phi(g.x.to(torch::kCPU, torch::kFloat64));
+    const HolonomicConstraints constraints = spec.Constraints();
+    const torch::Tensor x = g.x.to(torch::kCPU, torch::kFloat64);  // [n, 2K]
+    torch::Tensor phi = constraints.Phi(x);
     report->constraint_rms = phi.square().mean().sqrt().item<double>();
     report->constraint_max = phi.abs().max().item<double>();
-  }
-  report->constraint_spread = report->best_constraint_spread = std::nan("");
-  if (report->image_keypoints && spec.Constraints().num_constraints() > 0 &&
-      spec.num_keypoints >= 2 && spec.num_keypoints <= 6 && n >= 2) {
-    const KeypointOrderChoice c = ChooseKeypointOrder(
-        spec.Constraints(), g.x.to(torch::kCPU, torch::kFloat64).reshape({n, -1, 2}), 1.0);
-    report->constraint_spread = c.current;
-    report->best_constraint_spread = c.best;
-    report->best_keypoint_order = c.order;
+    // The keypoint order check of training (train/relabel.h; all K! orders, K ≤ 6).
+    if (constraints.num_constraints() > 0 && spec.num_keypoints >= 2 &&
+        spec.num_keypoints <= 6 && n >= 2) {
+      const KeypointOrderChoice c = ChooseKeypointOrder(constraints, x.reshape({n, -1, 2}), 1.0);
+      report->constraint_spread = c.current;
+      report->best_constraint_spread = c.best;
+      report->best_keypoint_order = c.order;
+    }
   }
   if (report->has_energy) g.v_learned = TensorValues(model->Potential(g.x));
   if (!info.has_state()) return g;
