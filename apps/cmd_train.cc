@@ -357,7 +357,8 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       cmd->add_option("--control", a->control, "none | under | full")->capture_default_str();
   auto* preset =
       cmd->add_option("--preset", a->preset,
-                      "cpu-quick (about 20 min on 2 cores) | paper (docs/method.md, GPU)")
+                      "cpu-quick (about 23 min on 2 cores for the pendulum) | paper "
+                      "(docs/method.md, GPU)")
           ->check(CLI::IsMember({"cpu-quick", "paper"}))
           ->capture_default_str();
   cmd->add_option("--config", a->config, "A TOML config instead of a preset")
