@@ -357,7 +357,7 @@ Runner AddRunCommand(CLI::App& app, std::shared_ptr<const GlobalOptions> global)
       cmd->add_option("--control", a->control, "none | under | full")->capture_default_str();
   auto* preset =
       cmd->add_option("--preset", a->preset,
-                      "cpu-quick (about 23 min on 2 cores for the pendulum) | paper "
+                      "cpu-quick (about 25 min on 2 cores for the pendulum) | paper "
                       "(docs/method.md, GPU)")
           ->check(CLI::IsMember({"cpu-quick", "paper"}))
           ->capture_default_str();
