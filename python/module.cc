@@ -534,6 +534,8 @@ py::dict ReportDict(const EvaluationReport& r) {
   d["vpt_mean"] = r.vpt.mean;
   d["vpt_std"] = r.vpt.std;
   d["vpt_median"] = r.vpt.median;
+  d["mean_frame_vpt"] = r.mean_frame_vpt.mean;    // the floors (docs/evaluation.md)
+  d["still_frame_vpt"] = r.still_frame_vpt.mean;
   d["mse"] = r.vpt.mse;
   d["validation_runs"] = r.validation_runs;
   d["mse_mean"] = r.mse_mean;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -404,25 +405,29 @@ TEST(Baselines, EvaluateAndPredictSayWhatDoesNotApply) {
   EXPECT_FALSE(r.image_keypoints);
   EXPECT_EQ(r.vpt.vpt.size(), 1u);
   {
-    // The mean-frame floor by hand: the first frame whose MSE to /mean_image exceeds ε.
+    // The two floors by hand: the first frame whose MSE to /mean_image (the mean-frame floor) or
+    // to the run's frame 1 (the still-frame floor) exceeds ε.
     Dataset d = Dataset::Open(data);
     const std::vector<float> mean = d.ReadMeanImage();
     const int run = int(d.ValidationRuns().at(0)), N = d.info().frames;
     const std::vector<uint8_t> pixels = d.ReadImages(run);
     const size_t frame = mean.size();
-    int vpt = N - 1;
-    for (int t = 0; t < N; ++t) {
-      double mse = 0;
-      for (size_t i = 0; i < frame; ++i) {
-        const double diff = pixels[size_t(t) * frame + i] / 255.0 - double(mean[i]);
-        mse += diff * diff / double(frame);
+    auto first_invalid = [&](const std::function<double(size_t)>& reference) {
+      for (int t = 0; t < N; ++t) {
+        double mse = 0;
+        for (size_t i = 0; i < frame; ++i) {
+          const double diff = pixels[size_t(t) * frame + i] / 255.0 - reference(i);
+          mse += diff * diff / double(frame);
+        }
+        if (mse > d.info().vpt_epsilon) return t;
       }
-      if (mse > d.info().vpt_epsilon) {
-        vpt = t;
-        break;
-      }
-    }
-    EXPECT_EQ(r.mean_frame_vpt.vpt, std::vector<int>{vpt});
+      return N - 1;
+    };
+    EXPECT_EQ(r.mean_frame_vpt.vpt,
+              std::vector<int>{first_invalid([&](size_t i) { return double(mean[i]); })});
+    const int still = first_invalid([&](size_t i) { return pixels[frame + i] / 255.0; });
+    EXPECT_EQ(r.still_frame_vpt.vpt, std::vector<int>{still});
+    EXPECT_EQ(StillFrameVpt(d).vpt, std::vector<int>{still});
   }
   std::ifstream md(dir / "run/report/evaluation.md");
   std::stringstream text;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -546,6 +547,9 @@ void WriteEvaluationJson(const EvaluationReport& report, const TrainedRun& run,
   j["mean_frame_vpt"] = {{"mean", report.mean_frame_vpt.mean},
                          {"std", report.mean_frame_vpt.std},
                          {"median", report.mean_frame_vpt.median}};
+  j["still_frame_vpt"] = {{"mean", report.still_frame_vpt.mean},
+                          {"std", report.still_frame_vpt.std},
+                          {"median", report.still_frame_vpt.median}};
   j["masses"] = report.masses;
   j["constraint_residual_grid"] = {{"rms", report.constraint_rms}, {"max", report.constraint_max}};
   if (!report.best_keypoint_order.empty()) {
@@ -621,6 +625,9 @@ void WriteEvaluationMarkdown(const EvaluationReport& report, const TrainedRun& r
      << "| VPT of the data set's mean frame drawn for every frame (a floor) | "
      << Fixed(report.mean_frame_vpt.mean, 2) << " ± " << Fixed(report.mean_frame_vpt.std, 2)
      << ", median " << Fixed(report.mean_frame_vpt.median, 1) << " |\n"
+     << "| VPT of the start frame (frame 1) held for every frame: a model that predicts no motion | "
+     << Fixed(report.still_frame_vpt.mean, 2) << " ± " << Fixed(report.still_frame_vpt.std, 2)
+     << ", median " << Fixed(report.still_frame_vpt.median, 1) << " |\n"
      << DynamicsMarkdown(report) << "| learned masses m_k | " << Masses(report);
   md << " |\n"
      << "| constraint residual of the estimates on " << ResidualStates(report) << " | "
@@ -662,19 +669,40 @@ void FillRunFacts(const TrainedRun& run, const EvaluateOptions& options, Evaluat
 
 }  // namespace
 
-VptResult MeanFrameVpt(const Dataset& data) {
+namespace {
+
+// The VPT of drawing one image for every frame of each validation run: reference(run's frames
+// [N, S, S, 3] float64 in [0, 1]) gives that run's image [S, S, 3].
+VptResult ConstantImageVpt(const Dataset& data,
+                           const std::function<torch::Tensor(const torch::Tensor&)>& reference) {
   const DatasetInfo& info = data.info();
   const int64_t S = info.size, N = info.frames;
-  std::vector<float> mean = data.ReadMeanImage();
-  const torch::Tensor m =
-      torch::from_blob(mean.data(), {S, S, 3}, torch::kFloat32).to(torch::kFloat64);
   std::vector<torch::Tensor> mse;  // per run [N]
   for (int64_t run : data.ValidationRuns()) {
     std::vector<uint8_t> pixels = data.ReadImages(int(run));
-    const torch::Tensor images = torch::from_blob(pixels.data(), {N, S, S, 3}, torch::kUInt8);
-    mse.push_back((images.to(torch::kFloat64) / 255.0 - m).square().mean({1, 2, 3}));
+    const torch::Tensor images =
+        torch::from_blob(pixels.data(), {N, S, S, 3}, torch::kUInt8).to(torch::kFloat64) / 255.0;
+    mse.push_back((images - reference(images)).square().mean({1, 2, 3}));
   }
   return VptFromMse(torch::stack(mse), info.vpt_epsilon);
+}
+
+}  // namespace
+
+VptResult MeanFrameVpt(const Dataset& data) {
+  const int64_t S = data.info().size;
+  std::vector<float> mean = data.ReadMeanImage();
+  const torch::Tensor m =
+      torch::from_blob(mean.data(), {S, S, 3}, torch::kFloat32).to(torch::kFloat64);
+  return ConstantImageVpt(data, [&](const torch::Tensor&) { return m; });
+}
+
+VptResult StillFrameVpt(const Dataset& data) {
+  if (data.info().frames < 2) {
+    throw InputError("the still-frame VPT needs runs of at least 2 frames; " +
+                     data.path().string() + " has " + std::to_string(data.info().frames));
+  }
+  return ConstantImageVpt(data, [](const torch::Tensor& images) { return images[1]; });
 }
 
 EvaluationReport Evaluate(const EvaluateOptions& options) {
@@ -690,6 +718,7 @@ EvaluationReport Evaluate(const EvaluateOptions& options) {
   report.mse_median = TensorValues(std::get<0>(report.vpt.mse.median(0)));
   report.rollouts = DiagnoseRollouts(run.model, images, report.vpt, report.epsilon);
   report.mean_frame_vpt = MeanFrameVpt(*run.data);
+  report.still_frame_vpt = StillFrameVpt(*run.data);
   if (report.has_energy) report.masses = TensorValues(run.model->MassScalars());
 
   const GridData grid = AnalyseGrid(run, images, &report);
@@ -833,6 +862,8 @@ std::string FormatEvaluationSummary(const EvaluationReport& r) {
     << " validation runs (ε = " << Sci(r.epsilon) << ")\n"
     << "  VPT, mean frame        " << Fixed(r.mean_frame_vpt.mean, 2)
     << " (the data set's mean frame drawn for every frame: a floor)\n"
+    << "  VPT, still frame       " << Fixed(r.still_frame_vpt.mean, 2)
+    << " (the start frame held for every frame: no motion predicted)\n"
     << "  MSE frame 1 / 10 / last " << (r.mse_mean.size() > 1 ? Sci(r.mse_mean[1]) : "-") << " / "
     << (r.mse_mean.size() > 10 ? Sci(r.mse_mean[10]) : "-") << " / "
     << (r.mse_mean.empty() ? "-" : Sci(r.mse_mean.back()))

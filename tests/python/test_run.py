@@ -78,6 +78,8 @@ def test_evaluate_equals_the_cli(tiny, tmp_path):
     assert report["vpt_mean"] == pytest.approx(cli["vpt"]["mean"])
     assert report["validation_runs"] == cli["validation_runs"]
     assert report["masses"] == pytest.approx(cli["masses"])
+    assert report["mean_frame_vpt"] == pytest.approx(cli["mean_frame_vpt"]["mean"])
+    assert report["still_frame_vpt"] == pytest.approx(cli["still_frame_vpt"]["mean"])
     assert (tmp_path / "evaluation.json").exists()
 
 

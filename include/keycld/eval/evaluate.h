@@ -39,6 +39,9 @@ struct EvaluationReport {
   /// A floor for any model: the VPT of drawing the data set's mean frame for every frame of the
   /// same validation runs (docs/evaluation.md).
   VptResult mean_frame_vpt;
+  /// What predicting no motion scores: the VPT of holding each validation run's start frame
+  /// (frame 1, where the prediction starts) for every frame (docs/evaluation.md).
+  VptResult still_frame_vpt;
   std::vector<int64_t> validation_runs;      // data-set run indices, in the order of vpt.vpt
   std::vector<double> mse_mean, mse_median;  // per frame, over the validation runs
   std::vector<double> masses;  // m_k (M = diag(m₁², m₁², …)), one per keypoint
@@ -74,6 +77,11 @@ struct EvaluationReport {
 /// (/mean_image) for every frame of each validation run, with the data set's ε. Reads the
 /// validation runs' images one at a time.
 VptResult MeanFrameVpt(const Dataset& data);
+
+/// What a model that predicts no motion scores (docs/evaluation.md): the VPT of drawing each
+/// validation run's frame 1 (the frame the prediction starts from, method §8) for every frame of
+/// that run, with the data set's ε. Throws InputError for runs of fewer than 2 frames.
+VptResult StillFrameVpt(const Dataset& data);
 
 /// Loads the run's model and data set, checks that they fit (environment, image size, frame
 /// interval), evaluates and writes the report. Throws InputError (bad options, a data set that
