@@ -118,12 +118,15 @@ TEST(Benchmark, CommandWritesTheTableSkipsFinishedCellsAndResumes) {
   EXPECT_EQ(csv[1].rfind("pendulum,none,keycld,1,1,", 0), 0u) << csv[1];
   EXPECT_EQ(csv[2].rfind("pendulum,none,node2,1,1,", 0), 0u) << csv[2];
   const std::string md = ReadText(root / "results.md");
-  EXPECT_NE(md.find("| setting | keycld | node2 | mean frame (floor) |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| setting | keycld | node2 | mean frame (floor) | still frame (floor) |"),
+            std::string::npos)
+      << md;
   EXPECT_NE(md.find("| pendulum none |"), std::string::npos) << md;
   {
-    // The floor column is the data set's mean-frame VPT.
+    // The floor columns end the row: the data set's mean-frame and still-frame VPTs.
     const Dataset d = Dataset::Open(dir / "data/pendulum-none-16px-6x8-seed0.h5");
-    const std::string floor = " " + Fixed(MeanFrameVpt(d).mean, 1) + " |\n";
+    const std::string floor =
+        " " + Fixed(MeanFrameVpt(d).mean, 1) + " | " + Fixed(StillFrameVpt(d).mean, 1) + " |\n";
     const size_t row = md.find("| pendulum none |");
     EXPECT_NE(md.substr(row, md.find('\n', row) - row + 1).find(floor), std::string::npos)
         << md;

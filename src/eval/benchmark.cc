@@ -332,9 +332,10 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
   s << "VPT in frames (docs/method.md §8): for each validation run, the number of frames predicted "
        "from its first three before the rendered prediction's per-pixel MSE exceeds the data "
        "set's ε; mean ± standard deviation over the validation runs of all seeds. The best mean "
-       "of each setting is in bold. The last column is a floor: the VPT of drawing the data set's "
-       "mean frame for every frame (docs/evaluation.md); a model near it has learned little "
-       "the VPT can see.\n\n";
+       "of each setting is in bold. The last two columns are floors (docs/evaluation.md): the VPT "
+       "of drawing the data set's mean frame for every frame, and of holding each run's start "
+       "frame (a model that predicts no motion); a model near either has learned little the VPT "
+       "can see.\n\n";
   // The wide table: one row per setting, one column per model.
   std::vector<std::string> models;
   std::vector<std::pair<EnvName, ControlMode>> settings;
@@ -349,9 +350,9 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
   }
   s << "| setting |";
   for (const std::string& m : models) s << " " << m << " |";
-  s << " mean frame (floor) |\n| --- |";
+  s << " mean frame (floor) | still frame (floor) |\n| --- |";
   for (size_t i = 0; i < models.size(); ++i) s << " --- |";
-  s << " --- |\n";
+  s << " --- | --- |\n";
   for (auto [env, control] : settings) {
     double best = -1;
     for (const BenchmarkRow& r : result.rows) {
@@ -371,11 +372,13 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
       }
       s << " " << cell << " |";
     }
-    std::string floor = "–";
+    std::string floor = "–", still = "–";
     for (const SettingFloor& f : result.floors) {
-      if (f.env == env && f.control == control) floor = Fixed(f.vpt_mean, 1);
+      if (f.env != env || f.control != control) continue;
+      floor = Fixed(f.vpt_mean, 1);
+      still = Fixed(f.still_vpt_mean, 1);
     }
-    s << " " << floor << " |\n";
+    s << " " << floor << " | " << still << " |\n";
   }
   s << "\n## Details\n\n"
        "| env | control | model | seeds | runs | VPT mean | std | median | training s per "
@@ -643,14 +646,17 @@ Dataset OpenSettingData(const BenchmarkOptions& options, const Setting& setting,
   return data;
 }
 
+SettingFloor Floors(const Setting& setting, const Dataset& data) {
+  return {setting.env, setting.control, MeanFrameVpt(data).mean, StillFrameVpt(data).mean};
+}
+
 // --collect: the finished cells of a setting (from result.json, nothing recomputed) and a note
 // naming the others. Advances *index past the setting's cells.
 void CollectSetting(const BenchmarkOptions& options, const Setting& setting, const fs::path& out,
                     int* index, BenchmarkResult* result) {
   const fs::path data_file = setting.config.DataFile();
   if (fs::exists(data_file)) {
-    result->floors.push_back(
-        {setting.env, setting.control, MeanFrameVpt(Dataset::Open(data_file)).mean});
+    result->floors.push_back(Floors(setting, Dataset::Open(data_file)));
   }
   std::vector<std::string> missing;
   for (const std::string& model : options.models) {
@@ -779,7 +785,7 @@ BenchmarkResult RunBenchmark(const BenchmarkOptions& given) {
     }
     fs::path data_file;
     const Dataset data = OpenSettingData(options, setting, &data_file);
-    result.floors.push_back({setting.env, setting.control, MeanFrameVpt(data).mean});
+    result.floors.push_back(Floors(setting, data));
     for (const std::string& model : options.models) {
       for (int seed = 0; seed < options.seeds; ++seed) {
         const int k = index++;

@@ -93,11 +93,13 @@ struct BenchmarkRow {
   int fallback_runs = 0;
 };
 
-/// A setting's floor: the VPT of drawing its data set's mean frame (MeanFrameVpt, evaluate.h).
+/// A setting's floors (evaluate.h): the VPT of drawing its data set's mean frame (MeanFrameVpt)
+/// and of holding each run's start frame (StillFrameVpt), means over the validation runs.
 struct SettingFloor {
   EnvName env = EnvName::kPendulum;
   ControlMode control = ControlMode::kNone;
-  double vpt_mean = 0;
+  double vpt_mean = 0;        // mean frame
+  double still_vpt_mean = 0;  // start frame held still
 };
 
 struct BenchmarkResult {
