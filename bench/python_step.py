@@ -3,12 +3,14 @@
 One step on one sequence, as keycld's (docs/method.md §3–§6, bench/train_bench.cc): the keypoint
 estimator with per-frame dihedral augmentation, the spatial softmax, the dynamics loss (central
 differences projected on the constraints, P = 4 explicit Euler steps, or RK4 with --integrator
-rk4, of the constrained Lagrangian from every start), the renderer, the heatmap BCE, backward,
+rk4, of the constrained Lagrangian from every start; P = --horizon), the renderer, the heatmap BCE, backward,
 element-wise gradient clipping at 5 and Adam with the perception (3e-4) and dynamics (6e-5)
 groups. Nothing is tuned: modules from torch.nn, the obvious tensor code.
 
     /usr/bin/python3 bench/python_step.py                      # both settings, this step alone
     /usr/bin/python3 bench/python_step.py --compare build/train_bench   # and keycld's, the ratio
+    /usr/bin/python3 bench/python_step.py --settings main-job --integrator rk4 --horizon 16 \
+        --compare build/train_bench --kernels winograd      # the main job's step after epoch 8
     PYTHONPATH=build/python /usr/bin/python3 bench/python_step.py --check RUN   # same loss?
 
 --compare runs keycld's train_bench for the same settings after the Python timing (never at the
@@ -252,10 +254,11 @@ def dihedral_inverse(img, t):
     return dihedral(img, t if t >= 4 else (4 - t) % 4)
 
 
-SETTINGS = {"paper": (64, 32), "cpu-quick": (32, 16)}  # image size, h
+# image size, h: the paper's, the 32-px CPU presets', the 64-px main job's (cpu-quick/pendulum-none)
+SETTINGS = {"paper": (64, 32), "cpu-quick": (32, 16), "main-job": (64, 16)}
 
 
-def time_python_step(size, hidden, frames, env, repeats, integrator="euler"):
+def time_python_step(size, hidden, frames, env, repeats, integrator="euler", horizon=4):
     torch.manual_seed(0)
     k = 1 if env == "pendulum" else 2
     a = 1 if env == "pendulum" else 2
@@ -267,7 +270,7 @@ def time_python_step(size, hidden, frames, env, repeats, integrator="euler"):
     ids = torch.randint(0, 8, (frames,))
 
     def step():
-        loss = model.loss(images, u, ids)["total"]
+        loss = model.loss(images, u, ids, horizon)["total"]
         adam.zero_grad()
         loss.backward()
         for p in model.parameters():
@@ -288,10 +291,11 @@ KERNELS = {"libtorch": 0, "onednn": 1, "winograd": 2}  # train_bench's last argu
 
 
 def time_keycld_step(bench, size, hidden, frames, threads, repeats, kernels="winograd",
-                     rk4=False):
+                     rk4=False, horizon=4):
     """keycld's BM_TrainStep at the same setting (fp32, keycld model, U-Net `kernels`, Euler or
-    RK4), the times of its repetitions."""
-    name = f"BM_TrainStep/{size}/{hidden}/{frames}/0/{threads}/0/0/{KERNELS[kernels]}/{rk4:d}/"
+    RK4, horizon P), the times of its repetitions."""
+    name = (f"BM_TrainStep/{size}/{hidden}/{frames}/0/{threads}/0/0/{KERNELS[kernels]}/{rk4:d}/"
+            f"{horizon}/")
     out = subprocess.run([bench, f"--benchmark_filter=^{name}", "--benchmark_format=json",
                           f"--benchmark_repetitions={repeats}", "--benchmark_min_time=0.5"],
                          capture_output=True, text=True, check=True).stdout
@@ -302,15 +306,16 @@ def time_keycld_step(bench, size, hidden, frames, threads, repeats, kernels="win
             for b in runs]
 
 
-def check_against(run_dir):
-    """Loss terms and gradients of this model against keycld's, same parameters and sequence."""
+def check_against(run_dir, integrator="euler", horizon=4):
+    """Loss terms and gradients of this model against keycld's, same parameters and sequence,
+    integrator (euler, or rk4 with A_MAX) and horizon P."""
     import h5py  # noqa: PLC0415
     import keycld  # noqa: PLC0415
 
     run = keycld.load_run(run_dir, threads=torch.get_num_threads())
     spec = run.spec
     model = KeyCLD(spec["env"], spec["num_keypoints"], spec["action_dim"], spec["hidden"],
-                   spec["image_size"], spec["sigma"], spec["dt"])
+                   spec["image_size"], spec["sigma"], spec["dt"], integrator)
     theirs = run.named_parameters()
     ours = dict(model.named_parameters())
     if set(ours) != set(theirs):
@@ -323,9 +328,13 @@ def check_against(run_dir):
         images = torch.from_numpy(f["images"][r]).permute(0, 3, 1, 2).float() / 255
         u = torch.from_numpy(f["action"][r, 0]).float()
     ids = torch.arange(images.shape[0]) % 8
-    mine = model.loss(images, u, ids)
+    if images.shape[0] < horizon + 2:
+        sys.exit(f"python_step: horizon {horizon} needs {horizon + 2} frames, the run's data "
+                 f"have {images.shape[0]}")
+    mine = model.loss(images, u, ids, horizon)
     mine["total"].backward()
-    reference = run.sequence_loss(images, u, ids)
+    reference = run.sequence_loss(images, u, ids, horizon=horizon, integrator=integrator,
+                                  max_acceleration=A_MAX if integrator == "rk4" else 0.0)
     reference["total"].backward()
     worst = 0.0
     for term in ("reconstruction", "dynamics", "heatmap", "total"):
@@ -368,18 +377,25 @@ def main():
     parser.add_argument("--integrator", default="euler", choices=["euler", "rk4"],
                         help="the dynamics loss's integrator: euler (the paper's) or rk4 with "
                              "max_acceleration 1000 (the cpu-quick presets after warm-up)")
+    parser.add_argument("--horizon", type=int, default=4,
+                        help="P, the integrator steps of the dynamics loss from every start (4 the "
+                             "paper's; 16 the main job's after its epoch 8)")
     parser.add_argument("--check", metavar="RUN", help="compare with keycld's loss on a run")
     args = parser.parse_args()
+    if not 1 <= args.horizon <= args.frames - 2:
+        sys.exit(f"python_step: --horizon must be in [1, frames - 2 = {args.frames - 2}]")
     torch.set_num_threads(args.threads)
     if args.check:
-        worst, grad = check_against(args.check)
+        worst, grad = check_against(args.check, args.integrator, args.horizon)
         sys.exit(0 if worst < 1e-6 and grad < 1e-5 else 1)
     print(f"torch {torch.__version__}, {args.threads} threads, {args.frames} frames, {args.env}, "
-          f"{args.integrator}, medians of {args.repeats} steps")
+          f"{args.integrator}, horizon {args.horizon}, medians of {args.repeats} steps")
     for name in args.settings.split(","):
+        if name not in SETTINGS:
+            sys.exit(f"python_step: --settings {name}: expected some of {sorted(SETTINGS)}")
         size, hidden = SETTINGS[name]
         py = statistics.median(time_python_step(size, hidden, args.frames, args.env, args.repeats,
-                                                args.integrator))
+                                                args.integrator, args.horizon))
         line = f"{name:10s} {size}px h={hidden}: python {py:.3f} s/step"
         if args.compare:
             if args.env != "pendulum":
@@ -389,7 +405,8 @@ def main():
                     sys.exit(f"python_step: --kernels {kernels}: expected one of {sorted(KERNELS)}")
                 cpp = statistics.median(time_keycld_step(args.compare, size, hidden, args.frames,
                                                          args.threads, args.repeats, kernels,
-                                                         args.integrator == "rk4"))
+                                                         args.integrator == "rk4",
+                                                         args.horizon))
                 line += f"; keycld ({kernels}) {cpp:.3f} s/step, {py / cpp:.2f}x faster"
         print(line, flush=True)
 

@@ -1,6 +1,6 @@
 """Self time per operator of a LibTorch profiler trace (chrome://tracing JSON).
 
-    KEYCLD_TORCH_PROFILE=/tmp/trace.json build/train_bench --benchmark_filter='BM_TrainStep/32/16/50/0/2/0/0/2/1/'
+    KEYCLD_TORCH_PROFILE=/tmp/trace.json build/train_bench --benchmark_filter='BM_TrainStep/32/16/50/0/2/0/0/2/1/4/'
     python3 bench/trace_summary.py /tmp/trace.json --steps 10
 
 train_bench writes the trace of 10 steps when KEYCLD_TORCH_PROFILE names a file. An event's self

@@ -24,10 +24,13 @@ namespace {
 // Args: image size, hidden width h, frames N, environment (0 pendulum, 1 cartpole), threads,
 // model (0 keycld, 1 keycld-nc, 2 node2), precision (0 fp32, 1 bf16 autocast), U-Net kernels
 // (0 libtorch, 1 onednn, 2 winograd; model/onednn_unet.h), the dynamics loss's integrator
-// (0 the paper's explicit Euler, 1 RK4 with the cpu-quick presets' max_acceleration 1000).
-// The loss options of integrator argument `which` (0 euler, 1 rk4 as the cpu-quick presets).
-LossOptions BenchLossOptions(int64_t which) {
+// (0 the paper's explicit Euler, 1 RK4 with the cpu-quick presets' max_acceleration 1000),
+// the dynamics loss's horizon P (4 the paper's; 16 the main job's after its epoch 8).
+// The loss options of integrator argument `which` (0 euler, 1 rk4 as the cpu-quick presets) and
+// horizon P.
+LossOptions BenchLossOptions(int64_t which, int64_t horizon) {
   LossOptions options;
+  options.horizon = int(horizon);
   if (which == 1) {
     options.integrator = IntegratorMethod::kRk4;
     options.max_acceleration = 1000.0;
@@ -69,7 +72,7 @@ void BM_TrainStep(benchmark::State& state) {
   torch::Tensor images = torch::rand({N, 3, S, S});
   torch::Tensor u = torch::zeros({spec.action_dim});
   torch::Tensor ids = torch::randint(0, 8, {N}, torch::kInt64);
-  const LossOptions options = BenchLossOptions(state.range(8));
+  const LossOptions options = BenchLossOptions(state.range(8), state.range(9));
   auto step = [&] {
     LossTerms loss = SequenceLoss(model, images, u, ids, options);
     adam.zero_grad();
@@ -106,28 +109,31 @@ void BM_TrainStep(benchmark::State& state) {
   state.SetLabel(spec.model + " " + EnvNameString(spec.env) + " " + std::to_string(S) +
                  "px h=" + std::to_string(spec.hidden) + " N=" + std::to_string(N) +
                  " threads=" + std::to_string(state.range(4)) + " " + PrecisionName(precision) +
-                 " " + NameOf(kernels) + " " + IntegratorMethodString(options.integrator));
+                 " " + NameOf(kernels) + " " + IntegratorMethodString(options.integrator) +
+                 " P=" + std::to_string(options.horizon));
 }
 BENCHMARK(BM_TrainStep)
-    ->Args({64, 32, 50, 0, 2, 0, 0, 2, 0})  // the paper's setting (default kernels: Winograd)
-    ->Args({64, 32, 50, 0, 2, 0, 0, 1, 0})  // fused oneDNN U-Net, direct convolutions
-    ->Args({64, 32, 50, 0, 2, 0, 0, 0, 0})  // LibTorch's modules
-    ->Args({64, 32, 50, 0, 1, 0, 0, 2, 0})
-    ->Args({64, 32, 50, 0, 2, 0, 1, 0, 0})  // bf16 (autocast: LibTorch's modules)
-    ->Args({32, 16, 50, 0, 2, 0, 0, 2, 0})  // CPU quick preset, each variant
-    ->Args({32, 16, 50, 0, 2, 0, 0, 2, 1})  // ... with RK4, the main job's loss after epoch 3
-    ->Args({32, 16, 50, 0, 2, 0, 0, 1, 0})
-    ->Args({32, 16, 50, 0, 2, 0, 0, 0, 0})
-    ->Args({32, 16, 50, 0, 2, 1, 0, 2, 0})
-    ->Args({32, 16, 50, 0, 2, 2, 0, 2, 0})
-    ->Args({32, 16, 50, 0, 2, 0, 1, 0, 0})  // bf16
-    ->Args({32, 16, 50, 1, 2, 0, 0, 2, 0})
-    ->Args({32, 16, 50, 1, 2, 1, 0, 2, 0})
-    ->Args({32, 16, 50, 1, 2, 2, 0, 2, 0})
-    ->Args({64, 16, 50, 0, 2, 0, 0, 2, 0})  // 64 px, h = 16
-    ->Args({64, 16, 50, 0, 2, 0, 0, 0, 0})
-    ->Args({64, 8, 50, 0, 2, 0, 0, 2, 0})  // 64 px, h = 8
-    ->Args({64, 8, 50, 0, 2, 0, 0, 0, 0})
+    ->Args({64, 32, 50, 0, 2, 0, 0, 2, 0, 4})  // the paper's setting (default kernels: Winograd)
+    ->Args({64, 32, 50, 0, 2, 0, 0, 1, 0, 4})  // fused oneDNN U-Net, direct convolutions
+    ->Args({64, 32, 50, 0, 2, 0, 0, 0, 0, 4})  // LibTorch's modules
+    ->Args({64, 32, 50, 0, 1, 0, 0, 2, 0, 4})
+    ->Args({64, 32, 50, 0, 2, 0, 1, 0, 0, 4})  // bf16 (autocast: LibTorch's modules)
+    ->Args({32, 16, 50, 0, 2, 0, 0, 2, 0, 4})  // CPU quick preset, each variant
+    ->Args({32, 16, 50, 0, 2, 0, 0, 2, 1, 4})  // ... with RK4, the main job's loss after epoch 3
+    ->Args({32, 16, 50, 0, 2, 0, 0, 1, 0, 4})
+    ->Args({32, 16, 50, 0, 2, 0, 0, 0, 0, 4})
+    ->Args({32, 16, 50, 0, 2, 1, 0, 2, 0, 4})
+    ->Args({32, 16, 50, 0, 2, 2, 0, 2, 0, 4})
+    ->Args({32, 16, 50, 0, 2, 0, 1, 0, 0, 4})  // bf16
+    ->Args({32, 16, 50, 1, 2, 0, 0, 2, 0, 4})
+    ->Args({32, 16, 50, 1, 2, 1, 0, 2, 0, 4})
+    ->Args({32, 16, 50, 1, 2, 2, 0, 2, 0, 4})
+    ->Args({64, 16, 50, 0, 2, 0, 0, 2, 0, 4})  // 64 px, h = 16
+    ->Args({64, 16, 50, 0, 2, 0, 0, 2, 1, 4})  // the main job after its epoch 3 (RK4)
+    ->Args({64, 16, 50, 0, 2, 0, 0, 2, 1, 16})  // ... and after its epoch 8 (P = 16)
+    ->Args({64, 16, 50, 0, 2, 0, 0, 0, 0, 4})
+    ->Args({64, 8, 50, 0, 2, 0, 0, 2, 0, 4})  // 64 px, h = 8
+    ->Args({64, 8, 50, 0, 2, 0, 0, 0, 0, 4})
     ->Unit(benchmark::kSecond)
     ->UseRealTime()
     ->MinTime(5.0);
@@ -147,7 +153,7 @@ void BM_DynamicsLoss(benchmark::State& state) {
   spec.hidden = 16;
   spec.dt = 0.02;
   Model model = CreateModel(spec);
-  const LossOptions options = BenchLossOptions(state.range(1));
+  const LossOptions options = BenchLossOptions(state.range(1), 4);
   const torch::Tensor leaf = (torch::rand({50, 2 * spec.num_keypoints}) - 0.5).requires_grad_();
   const torch::Tensor u = torch::zeros({spec.action_dim});
   auto step = [&] {

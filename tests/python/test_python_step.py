@@ -23,6 +23,16 @@ def test_the_python_step_is_keyclds_step(tiny):
     assert worst_gradient < 1e-5  # measured: 5e-7
 
 
+def test_the_python_step_is_keyclds_step_with_rk4_and_a_longer_horizon(tiny):
+    # The main job's loss after its epoch 8 is RK4 with P = 16; the tiny run's 10 frames allow
+    # P = 6, which runs the same code (a horizon other than the default 4, the bounded RK4).
+    step = load_python_step()
+    torch.set_num_threads(1)
+    worst_loss, worst_gradient = step.check_against(tiny["run"], "rk4", 6)
+    assert worst_loss < 1e-6
+    assert worst_gradient < 1e-5
+
+
 def test_the_python_dihedral_transforms_invert():
     step = load_python_step()
     image = torch.arange(2 * 4 * 4, dtype=torch.float32).view(2, 4, 4)
