@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -140,6 +141,33 @@ TEST(Benchmark, CommandWritesTheTableSkipsFinishedCellsAndResumes) {
   json cell = json::parse(ReadText(node2 / "result.json"));
   EXPECT_EQ(cell["steps"], 5);
   EXPECT_EQ(cell["model"], "node2");
+  {
+    // Each cell carries the state-grid checks keycld evaluate makes of the same checkpoint
+    // (acceleration scale, the pole angle's RMS error), and results.md lists them per cell.
+    const fs::path keycld = root / "pendulum-none-keycld-seed0";
+    ASSERT_EQ(testing::RunCli("evaluate " + keycld.string() + " --checkpoint " +
+                                  (keycld / "checkpoints/epoch-0001.pt").string() +
+                                  " --no-plots --threads 2 --out " + (dir / "ev").string(),
+                              &out, dir.path()),
+              0)
+        << out;
+    const json ev = json::parse(ReadText(dir / "ev/evaluation.json"));
+    const json own = json::parse(ReadText(keycld / "result.json"));
+    const double scale = ev["dynamics_vs_true"]["acceleration_scale"].get<double>();
+    ASSERT_TRUE(std::isfinite(scale)) << ev.dump();
+    EXPECT_DOUBLE_EQ(own["acceleration_scale"].get<double>(), scale);
+    ASSERT_EQ(own["keypoints_vs_state"].size(), 1u) << own.dump();
+    EXPECT_EQ(own["keypoints_vs_state"][0]["coordinate"], "pole angle");
+    EXPECT_EQ(own["keypoints_vs_state"][0]["unit"], "deg");
+    EXPECT_DOUBLE_EQ(own["keypoints_vs_state"][0]["error_rms"].get<double>(),
+                     ev["keypoints_vs_state"][0]["error_rms"].get<double>());
+    EXPECT_NE(md.find("| pendulum none | keycld | 0 | " + Fixed(own["vpt_mean"].get<double>(), 2) +
+                      " | " + Fixed(scale, 3) + " | pole angle " +
+                      Fixed(own["keypoints_vs_state"][0]["error_rms"].get<double>(), 2) + "° |"),
+              std::string::npos)
+        << md;
+    EXPECT_TRUE(cell.contains("acceleration_scale")) << cell.dump();  // node2 too
+  }
 
   // A threshold between the frame errors of the trained model, written into the data file:
   // the benchmark's VPT must be the first frame above it, found here by hand.
@@ -188,6 +216,16 @@ TEST(Benchmark, CommandWritesTheTableSkipsFinishedCellsAndResumes) {
   ASSERT_EQ(testing::RunCli(args, &out, dir.path()), 0) << out;
   EXPECT_NE(out.find("pendulum-none-node2-seed0: finished before"), std::string::npos) << out;
   EXPECT_NE(out.find("2 of 2 cells were already finished"), std::string::npos) << out;
+  {
+    // Read back from result.json, the checks are still in the table.
+    const std::string again = ReadText(root / "results.md");
+    const json own = json::parse(ReadText(root / "pendulum-none-keycld-seed0/result.json"));
+    EXPECT_NE(again.find("| pendulum none | keycld | 0 | " +
+                         Fixed(own["vpt_mean"].get<double>(), 2) + " | " +
+                         Fixed(own["acceleration_scale"].get<double>(), 3) + " |"),
+              std::string::npos)
+        << again;
+  }
 
   // More epochs: the cells resume from their checkpoints.
   ASSERT_EQ(testing::RunCli(

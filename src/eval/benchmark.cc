@@ -13,6 +13,7 @@
 #include <thread>
 #include <tuple>
 
+#include "keycld/eval/diagnostics.h"
 #include "keycld/eval/evaluate.h"
 #include "keycld/eval/plot.h"
 #include "keycld/train/checkpoint.h"
@@ -117,6 +118,14 @@ json CellToJson(const BenchmarkCell& c, const TrainConfig& cfg, const DatasetInf
             {"fallback_runs", c.fallback_runs},
             {"train_seconds", c.train_seconds},
             {"eval_seconds", c.eval_seconds}};
+  if (std::isfinite(c.acceleration_scale)) j["acceleration_scale"] = c.acceleration_scale;
+  if (!c.keypoints_vs_state.empty()) {
+    json states = json::array();
+    for (const BenchmarkCell::CoordinateError& e : c.keypoints_vs_state) {
+      states.push_back({{"coordinate", e.coordinate}, {"unit", e.unit}, {"error_rms", e.error_rms}});
+    }
+    j["keypoints_vs_state"] = states;
+  }
   return j;
 }
 
@@ -166,6 +175,13 @@ bool ReadCachedCell(const fs::path& file, const TrainConfig& cfg, const fs::path
     cell->fallback_runs = j.at("fallback_runs");
     cell->train_seconds = j.at("train_seconds");
     cell->eval_seconds = j.at("eval_seconds");
+    // The state-grid checks are newer than the format: a result.json without them stays valid.
+    if (j.contains("acceleration_scale")) cell->acceleration_scale = j.at("acceleration_scale");
+    if (j.contains("keypoints_vs_state")) {
+      for (const json& e : j.at("keypoints_vs_state")) {
+        cell->keypoints_vs_state.push_back({e.at("coordinate"), e.at("unit"), e.at("error_rms")});
+      }
+    }
   } catch (const json::exception&) {
     return false;
   }
@@ -390,6 +406,33 @@ std::string ResultsMarkdown(const BenchmarkOptions& options, const BenchmarkResu
     s << " | " << r.runs << " | " << Fixed(r.vpt_mean, 2) << " | " << Fixed(r.vpt_std, 2) << " | "
       << Fixed(r.vpt_median, 1) << " | " << Fixed(r.train_seconds, 0) << " |\n";
   }
+  const bool checked = std::any_of(result.cells.begin(), result.cells.end(), [](const auto& c) {
+    return std::isfinite(c.acceleration_scale) || !c.keypoints_vs_state.empty();
+  });
+  if (checked) {
+    s << "\n## Dynamics and keypoints per cell\n\n"
+         "On the data set's state grid, as `keycld evaluate` reports them (docs/evaluation.md, "
+         "\"Diagnostics\"): the learned acceleration against the simulator's (1 = right) and "
+         "the RMS error of each joint coordinate read off the estimated keypoints. A VPT is "
+         "only as good as these: on the cartpole a model that draws the cart and no pole can "
+         "score near a good one (docs/evaluation.md, \"The VPT cannot see the cartpole's "
+         "pole\"). – = not measured.\n\n"
+         "| setting | model | seed | VPT mean | learned / true acceleration | keypoints vs state "
+         "(RMS error) |\n| --- | --- | --- | --- | --- | --- |\n";
+    for (const BenchmarkCell& c : result.cells) {
+      if (c.failed) continue;
+      std::string states;
+      for (const BenchmarkCell::CoordinateError& e : c.keypoints_vs_state) {
+        if (!states.empty()) states += ", ";
+        states += e.coordinate + " " +
+                  (e.unit == "deg" ? Fixed(e.error_rms, 2) + "°" : Fixed(e.error_rms, 3) + " m");
+      }
+      s << "| " << EnvNameString(c.env) << " " << ControlModeString(c.control) << " | "
+        << c.model << " | " << c.seed << " | " << Fixed(c.vpt_mean, 2) << " | "
+        << (std::isfinite(c.acceleration_scale) ? Fixed(c.acceleration_scale, 3) : "–") << " | "
+        << (states.empty() ? "–" : states) << " |\n";
+    }
+  }
   double train = 0, eval = 0;
   int cached = 0;
   for (const BenchmarkCell& c : result.cells) {
@@ -571,6 +614,17 @@ void ScoreCell(const BenchmarkOptions& options, const TrainConfig& cfg, const fs
   cell->vpt_std = score.std;
   cell->vpt_median = score.median;
   cell->fallback_runs = score.fallback_runs;
+  // The state-grid checks (docs/evaluation.md, "Diagnostics"): a cartpole VPT means something
+  // only beside the pole's angle error (the VPT cannot see the pole).
+  const DatasetInfo& info = run.data->info();
+  if (FindModelVariant(cell->model).image_keypoints && info.has_state() &&
+      info.env != EnvName::kCustom) {
+    const DynamicsDiagnostics d = DiagnoseOnStateGrid(run.model, *run.data);
+    cell->acceleration_scale = d.acceleration.scale;
+    for (const CoordinateDiagnostics& c : d.coordinates) {
+      cell->keypoints_vs_state.push_back({c.name, c.unit, c.error_rms});
+    }
+  }
   cell->eval_seconds = Seconds(eval_start);
 }
 

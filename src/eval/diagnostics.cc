@@ -247,6 +247,31 @@ DynamicsDiagnostics DiagnoseDynamics(const KeypointAcceleration& acceleration, i
   return d;
 }
 
+StateGridEstimates EncodeStateGrid(Model& model, const Dataset& data) {
+  const DatasetInfo& info = data.info();
+  if (!info.has_state()) {
+    throw FormatError("'" + data.path().string() + "' has no state grid (its source is " +
+                      info.source + ", not a simulation)");
+  }
+  torch::NoGradGuard no_grad;
+  StateGridEstimates g;
+  g.qpos = data.ReadGridQpos(&g.count);
+  std::vector<uint8_t> bytes = data.ReadGridImages();
+  const torch::Tensor images =
+      torch::from_blob(bytes.data(), {g.count, info.size, info.size, 3}, torch::kUInt8);
+  const bool was_training = model->is_training();
+  model->eval();
+  g.x = model->Encode(ImagesToFloat(images, model->device())).keypoints.reshape({g.count, -1});
+  if (was_training) model->train();
+  return g;
+}
+
+DynamicsDiagnostics DiagnoseOnStateGrid(Model& model, const Dataset& data) {
+  const StateGridEstimates g = EncodeStateGrid(model, data);
+  Environment env(DatasetSystem(data.info()));
+  return DiagnoseDynamics(model, env, g.x, g.qpos, data.info().control != ControlMode::kNone);
+}
+
 RolloutDiagnostics DiagnoseRollouts(Model& model, const torch::Tensor& images, const VptResult& vpt,
                                     double epsilon) {
   const ModelSpec& spec = model->spec();

@@ -122,17 +122,16 @@ GridData AnalyseGrid(TrainedRun& run, const torch::Tensor& images, EvaluationRep
   const ModelSpec& spec = model->spec();
   const DatasetInfo& info = run.data->info();
   GridData g;
-  std::vector<uint8_t> bytes;
-  torch::Tensor grid_images;
   if (info.has_state()) {
-    g.qpos = run.data->ReadGridQpos(&g.count);
-    bytes = run.data->ReadGridImages();
-    grid_images = torch::from_blob(bytes.data(), {g.count, info.size, info.size, 3}, torch::kUInt8);
+    StateGridEstimates e = EncodeStateGrid(model, *run.data);
+    g.qpos = std::move(e.qpos);
+    g.count = e.count;
+    g.x = e.x;
   } else {
-    grid_images = images.select(1, 0).contiguous();
+    const torch::Tensor first = images.select(1, 0).contiguous();
+    g.x = model->Encode(ImagesToFloat(first, model->device())).keypoints.reshape({first.size(0), -1});
   }
-  const int64_t n = grid_images.size(0);
-  g.x = model->Encode(ImagesToFloat(grid_images, model->device())).keypoints.reshape({n, -1});
+  const int64_t n = g.x.size(0);
   report->potential_r2 = report->potential_scale = std::nan("");
   report->dynamics.acceleration.scale = report->dynamics.acceleration.r2 = std::nan("");
   report->constraint_rms = report->constraint_max = std::nan("");

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,16 @@ struct BenchmarkCell {
   int fallback_runs = 0;     // runs Dormand–Prince could not integrate (see ValidationVpt)
   double train_seconds = 0;  // sum of the training step times (metrics.jsonl), all sessions
   double eval_seconds = 0;
+  /// The state-grid checks of `keycld evaluate` (docs/evaluation.md, "Diagnostics"), for models
+  /// with image keypoints on simulated data of a built-in system: the learned / true
+  /// acceleration (1 = right; NaN = not measured, e.g. a result.json written before these
+  /// checks) and each joint coordinate's RMS error of the estimated keypoints ("deg" or "m").
+  double acceleration_scale = std::numeric_limits<double>::quiet_NaN();
+  struct CoordinateError {
+    std::string coordinate, unit;
+    double error_rms = 0;
+  };
+  std::vector<CoordinateError> keypoints_vs_state;
 };
 
 /// One row of the table: an (environment, control mode, model) over all seeds.

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "keycld/data/dataset.h"
 #include "keycld/models/registry.h"
 #include "keycld/sim/environment.h"
 #include "keycld/train/vpt.h"
@@ -100,6 +101,21 @@ DynamicsDiagnostics DiagnoseDynamics(const KeypointAcceleration& acceleration, i
 /// The same for a trained model (every variant: it only calls Acceleration).
 DynamicsDiagnostics DiagnoseDynamics(Model& model, Environment& env, const torch::Tensor& grid_x,
                                      const std::vector<double>& grid_qpos, bool actuated);
+
+/// The estimated keypoints of a data set's state grid: x [G, 2K] (the model's device) of its
+/// /grid images and the G × nq true joint positions (row-major). Throws FormatError when the data
+/// set has no grid (one imported from video, DatasetInfo::has_state() false).
+struct StateGridEstimates {
+  int count = 0;
+  std::vector<double> qpos;
+  torch::Tensor x;
+};
+StateGridEstimates EncodeStateGrid(Model& model, const Dataset& data);
+
+/// DiagnoseDynamics on a data set's state grid (the checks of `keycld evaluate` that
+/// `keycld benchmark` reports per cell). Throws FormatError without a state grid and InputError
+/// for a custom system (its map from keypoints to joints is not known).
+DynamicsDiagnostics DiagnoseOnStateGrid(Model& model, const Dataset& data);
 
 struct RolloutDiagnostics {
   /// Per frame, mean over runs: ‖predicted − estimated keypoint‖ averaged over keypoints
