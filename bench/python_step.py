@@ -299,7 +299,10 @@ def time_keycld_step(bench, size, hidden, frames, threads, repeats, kernels="win
     out = subprocess.run([bench, f"--benchmark_filter=^{name}", "--benchmark_format=json",
                           f"--benchmark_repetitions={repeats}", "--benchmark_min_time=0.5"],
                          capture_output=True, text=True, check=True).stdout
-    runs = [b for b in json.loads(out)["benchmarks"] if b.get("run_type") == "iteration"]
+    try:
+        runs = [b for b in json.loads(out)["benchmarks"] if b.get("run_type") == "iteration"]
+    except json.JSONDecodeError:  # a filter that matches no case prints no JSON at all
+        runs = []
     if not runs:
         sys.exit(f"python_step: {bench} has no benchmark {name}")
     return [b["real_time"] * {"s": 1, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[b["time_unit"]]
