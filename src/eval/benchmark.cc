@@ -122,7 +122,8 @@ json CellToJson(const BenchmarkCell& c, const TrainConfig& cfg, const DatasetInf
   if (!c.keypoints_vs_state.empty()) {
     json states = json::array();
     for (const BenchmarkCell::CoordinateError& e : c.keypoints_vs_state) {
-      states.push_back({{"coordinate", e.coordinate}, {"unit", e.unit}, {"error_rms", e.error_rms}});
+      states.push_back(
+          {{"coordinate", e.coordinate}, {"unit", e.unit}, {"error_rms", e.error_rms}});
     }
     j["keypoints_vs_state"] = states;
   }

@@ -129,7 +129,8 @@ GridData AnalyseGrid(TrainedRun& run, const torch::Tensor& images, EvaluationRep
     g.x = e.x;
   } else {
     const torch::Tensor first = images.select(1, 0).contiguous();
-    g.x = model->Encode(ImagesToFloat(first, model->device())).keypoints.reshape({first.size(0), -1});
+    g.x = model->Encode(ImagesToFloat(first, model->device()))
+              .keypoints.reshape({first.size(0), -1});
   }
   const int64_t n = g.x.size(0);
   report->potential_r2 = report->potential_scale = std::nan("");
