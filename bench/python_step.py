@@ -2,10 +2,10 @@
 
 One step on one sequence, as keycld's (docs/method.md §3–§6, bench/train_bench.cc): the keypoint
 estimator with per-frame dihedral augmentation, the spatial softmax, the dynamics loss (central
-differences projected on the constraints, P = 4 explicit Euler steps, or RK4 with --integrator
-rk4, of the constrained Lagrangian from every start; P = --horizon), the renderer, the heatmap BCE, backward,
-element-wise gradient clipping at 5 and Adam with the perception (3e-4) and dynamics (6e-5)
-groups. Nothing is tuned: modules from torch.nn, the obvious tensor code.
+differences projected on the constraints, P = --horizon (default 4) explicit Euler steps, or RK4
+with --integrator rk4, of the constrained Lagrangian from every start), the renderer, the heatmap
+BCE, backward, element-wise gradient clipping at 5 and Adam with the perception (3e-4) and
+dynamics (6e-5) groups. Nothing is tuned: modules from torch.nn, the obvious tensor code.
 
     /usr/bin/python3 bench/python_step.py                      # both settings, this step alone
     /usr/bin/python3 bench/python_step.py --compare build/train_bench   # and keycld's, the ratio
