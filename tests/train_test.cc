@@ -342,6 +342,47 @@ TEST(Train, ConstraintResidualTerm) {
   TrainConfig bad;
   bad.w_con = -1;
   EXPECT_THROW(bad.Validate(), InputError);
+
+  // con_weights weigh each constraint's squares: [0, 1] keeps the link alone, [2, 0.5] mixes.
+  const double shoulder = (p1.norm(2, 1) - 0.3).square().sum().item<double>();
+  const double link = ((p1 - p2).norm(2, 1) - 0.3).square().sum().item<double>();
+  ASSERT_GT(shoulder, 1e-4);
+  ASSERT_GT(link, 1e-4);
+  LossOptions link_only = weighted, mixed = weighted;
+  link_only.con_weights = {0.0, 1.0};
+  mixed.con_weights = {2.0, 0.5};
+  EXPECT_NEAR(SequenceLoss(k, images, u, {}, link_only).constraint.item<double>(), link,
+              1e-5 * link);
+  const double want_mixed = 2.0 * shoulder + 0.5 * link;
+  const LossTerms m = SequenceLoss(k, images, u, {}, mixed);
+  EXPECT_NEAR(m.constraint.item<double>(), want_mixed, 1e-5 * want_mixed);
+  EXPECT_NEAR(m.total.item<double>() - a.total.item<double>(), 2.5 * want_mixed,
+              1e-4 * want_mixed);
+  LossOptions three = weighted;
+  three.con_weights = {1.0, 1.0, 1.0};  // the acrobot has two constraints
+  EXPECT_THROW(SequenceLoss(k, images, u, {}, three), InputError);
+
+  // The config key: read, written back by ToToml, validated, dropped for other models.
+  TrainConfig c;
+  c.MergeToml("[train]\ncon_weights = [1, 0.25]\n", "test");
+  EXPECT_EQ(c.con_weights, (std::vector<double>{1.0, 0.25}));
+  TrainConfig again;
+  again.MergeToml(c.ToToml(), "round trip");
+  EXPECT_EQ(again.con_weights, c.con_weights);
+  EXPECT_EQ(again.Differences(c), "");
+  EXPECT_NE(TrainConfig().Differences(c), "");
+  EXPECT_THROW(c.MergeToml("[train]\ncon_weights = 1\n", "test"), InputError);
+  EXPECT_THROW(c.MergeToml("[train]\ncon_weights = [1, \"x\"]\n", "test"), InputError);
+  TrainConfig negative;
+  negative.con_weights = {1.0, -0.5};
+  EXPECT_THROW(negative.Validate(), InputError);
+  TrainConfig nc_cfg;
+  nc_cfg.con_weights = {1.0};
+  nc_cfg.model = "keycld-nc";
+  EXPECT_THROW(nc_cfg.Validate(), InputError);
+  nc_cfg.model = "keycld";
+  nc_cfg.UseModel("node2");
+  EXPECT_TRUE(nc_cfg.con_weights.empty());
 }
 
 TEST(Train, IntegratorAndWeightSchedules) {
@@ -522,6 +563,10 @@ TEST(Train, RefusesBadInput) {
   opt.config.env = "cartpole";
   EXPECT_THROW(Train(opt), InputError);  // wrong environment for the config
   opt.config.env = "";
+  opt.config.con_weights = {1.0, 0.0};  // the pendulum has one constraint
+  EXPECT_THROW(Train(opt), InputError);
+  EXPECT_FALSE(std::filesystem::exists(dir / "run"));
+  opt.config.con_weights.clear();
   opt.resume = true;
   EXPECT_THROW(Train(opt), InputError);  // nothing to resume
   opt.resume = false;

@@ -498,7 +498,12 @@ def _toml_value(key, v):
     if isinstance(v, (str, os.PathLike)):
         s = os.fspath(v)
         return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    raise InputError(f"setting {key} must be a bool, int, float or str, got {type(v).__name__}")
+    if isinstance(v, (list, tuple)):  # an array of numbers, e.g. [train] con_weights
+        if not all(isinstance(e, (int, float)) and not isinstance(e, bool) for e in v):
+            raise InputError(f"setting {key} must be a list of numbers, got {v!r}")
+        return "[" + ", ".join(_toml_value(key, float(e)) for e in v) + "]"
+    raise InputError(f"setting {key} must be a bool, int, float, str or list of numbers, "
+                     f"got {type(v).__name__}")
 
 
 def _settings_toml(settings):

@@ -35,8 +35,8 @@ namespace {
 
 // Every key of the TOML file, bound to its field: the one table that reading, writing and the
 // unknown-key check share. [model] dynamics (the legacy key) is special-cased.
-using FieldTarget =
-    std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*, std::filesystem::path*>;
+using FieldTarget = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*,
+                                 std::filesystem::path*, std::vector<double>*>;
 struct Field {
   const char* section;
   const char* key;
@@ -80,6 +80,7 @@ std::vector<Field> Fields(TrainConfig& c) {
       {"train", "w_dyn_warmup_epochs", &c.w_dyn_warmup_epochs},
       {"train", "w_bce", &c.w_bce},
       {"train", "w_con", &c.w_con},
+      {"train", "con_weights", &c.con_weights},
       {"train", "w_kl", &c.w_kl},
       {"train", "w_norm", &c.w_norm},
       {"train", "augment", &c.augment},
@@ -132,6 +133,19 @@ void Read(const toml::node& n, const Field& f, const std::string& origin) {
           auto v = n.as_string();
           if (!v) throw InputError(Where(origin, f) + " has the wrong type (expected a string)");
           *target = T(v->get());
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          const toml::array* a = n.as_array();
+          if (!a) throw InputError(Where(origin, f) + " has the wrong type (expected an array)");
+          std::vector<double> values;
+          for (const toml::node& e : *a) {
+            auto v = e.value<double>();
+            if (!v) {
+              throw InputError(Where(origin, f) +
+                               " has the wrong type (expected an array of numbers)");
+            }
+            values.push_back(*v);
+          }
+          *target = std::move(values);
         } else if constexpr (std::is_same_v<T, uint64_t>) {
           int64_t x = 0;
           ReadInteger(n, f, origin, &x);
@@ -152,6 +166,10 @@ void Write(toml::table& section, const Field& f) {
           section.insert(f.key, target->string());
         } else if constexpr (std::is_same_v<T, uint64_t>) {
           section.insert(f.key, int64_t(*target));
+        } else if constexpr (std::is_same_v<T, std::vector<double>>) {
+          toml::array a;
+          for (double v : *target) a.push_back(v);
+          section.insert(f.key, std::move(a));
         } else {
           section.insert(f.key, *target);
         }
@@ -276,6 +294,15 @@ void TrainConfig::Validate() const {
     fail(
         "integrator_warmup_epochs, w_dyn_warmup_epochs, augment_warmup_epochs, "
         "horizon_warmup_epochs and dynamics_lr_warmup_epochs must be finite and ≥ 0");
+  }
+  if (con_weights.size() > 64 ||
+      std::any_of(con_weights.begin(), con_weights.end(),
+                  [](double w) { return !(w >= 0) || !std::isfinite(w); })) {
+    fail("con_weights must hold at most 64 finite weights ≥ 0, one per constraint");
+  }
+  if (!con_weights.empty() && model != "keycld") {
+    fail("con_weights needs model = keycld (the other models have no constraints), the model is " +
+         model);
   }
   if (keypoint_relabel_epochs < 0) {
     fail("keypoint_relabel_epochs must be ≥ 0, got " + std::to_string(keypoint_relabel_epochs));
@@ -405,7 +432,10 @@ std::filesystem::path TrainConfig::DataFile() const {
 
 void TrainConfig::UseModel(const std::string& name) {
   model = name;
-  if (model != "keycld") keypoint_relabel_epochs = 0;
+  if (model != "keycld") {
+    keypoint_relabel_epochs = 0;
+    con_weights.clear();
+  }
 }
 
 std::string TrainConfig::ToToml() const {

@@ -88,11 +88,18 @@ LossTerms SequenceLoss(Model& model, const torch::Tensor& images, const torch::T
   torch::Tensor l_rec = (images - rendered).square().sum() / double(N);
   torch::Tensor l_bce = HeatmapBce(enc.heatmaps, enc.keypoints, spec.sigma);
 
-  torch::Tensor l_con =
-      model->dynamics()
-          .ConstraintValues(enc.keypoints.reshape({N, 2 * spec.num_keypoints}))
-          .square()
-          .sum();
+  torch::Tensor phi_sq =
+      model->dynamics().ConstraintValues(enc.keypoints.reshape({N, 2 * spec.num_keypoints}))
+          .square();  // [N, C]
+  if (!options.con_weights.empty()) {
+    if (int64_t(options.con_weights.size()) != phi_sq.size(1)) {
+      throw InputError("con_weights has " + std::to_string(options.con_weights.size()) +
+                       " weights, the model has " + std::to_string(phi_sq.size(1)) +
+                       " constraints");
+    }
+    phi_sq = phi_sq * torch::tensor(options.con_weights, phi_sq.options());
+  }
+  torch::Tensor l_con = phi_sq.sum();
 
   LossTerms out;
   out.reconstruction = l_rec;

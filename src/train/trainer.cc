@@ -285,6 +285,15 @@ class Trainer {
     spec.model = cfg_.model;
     model_ = CreateModel(spec);
     model_->to(device_);
+    if (!cfg_.con_weights.empty()) {  // fail before the first step, not inside it
+      const torch::Tensor x0 = torch::zeros({1, 2 * spec.num_keypoints}, torch::Device(device_));
+      const int64_t C = model_->dynamics().ConstraintValues(x0).size(1);
+      if (int64_t(cfg_.con_weights.size()) != C) {
+        throw InputError("[train] con_weights has " + std::to_string(cfg_.con_weights.size()) +
+                         " weights, but " + info.system + " has " + std::to_string(C) +
+                         " constraints (one weight each, in the system's order)");
+      }
+    }
     if (auto* own = dynamic_cast<OwnObjective*>(model_.get())) {
       std::vector<float> mean = data_->ReadMeanImage();  // [H, W, 3]
       own->InitialiseFromData(torch::from_blob(mean.data(), {info.size, info.size, 3})
@@ -493,6 +502,7 @@ class Trainer {
     lo.w_rec = cfg_.w_rec;
     lo.w_bce = cfg_.w_bce;
     lo.w_con = cfg_.w_con;
+    lo.con_weights = cfg_.con_weights;
     lo.max_acceleration = cfg_.max_acceleration;
     lo.integrator = cfg_.IntegratorAt(pos_.step, steps_per_epoch_);
     lo.substeps = cfg_.SubstepsAt(pos_.step, steps_per_epoch_);

@@ -331,6 +331,12 @@ def test_bad_input_raises_the_right_exception(run, tiny, tmp_path):
         keycld.train(tmp_path / "r", data=tiny["data"], settings={"train": {"epochz": 2}})
     with pytest.raises(keycld.InputError):
         keycld.train(tmp_path / "r", data=tiny["data"], settings={"train": {"lr": -1.0}})
+    # A list reaches the config as a TOML array; the pendulum has one constraint, not two.
+    with pytest.raises(keycld.InputError, match="con_weights has 2 weights"):
+        keycld.train(tmp_path / "r", data=tiny["data"],
+                     settings={"train": {"con_weights": [1.0, 0.0]}})
+    with pytest.raises(keycld.InputError, match="list of numbers"):
+        keycld.train(tmp_path / "r", data=tiny["data"], settings={"train": {"con_weights": ["x"]}})
     with pytest.raises(keycld.IoError):
         keycld.evaluate(tmp_path / "nothing")
     with pytest.raises(keycld.FormatError):

@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <vector>
+
 #include "keycld/models/registry.h"
 
 namespace keycld {
@@ -27,6 +29,9 @@ struct LossOptions {
   /// Weight of L_con (0 = the paper's objective, which meets the constraints only through the
   /// dynamics loss).
   double w_con = 0.0;
+  /// Weight of each constraint c in L_con = Σ_t Σ_c w_c·Φ_c(x_t)² (empty = 1 for every one;
+  /// otherwise one per constraint of the model, else InputError).
+  std::vector<double> con_weights;
   /// The integrator of the dynamics loss: euler (the paper's; biased, its learned acceleration
   /// comes out about 1.38× too large for P = 4, docs/method.md §5), rk4 or verlet (exact for a
   /// constant acceleration). Dopri5 is refused.
@@ -73,7 +78,8 @@ torch::Tensor DynamicsLoss(Model& model, const torch::Tensor& x, const torch::Te
 /// 2. from every start t = 1 … N−1−P, P frame intervals of `options.integrator` (each of
 ///    `options.substeps` steps of Δt / substeps), all starts as one batch;
 /// 3. every frame rendered from its keypoints; 4. heatmap BCE against the detached Gaussian
-///    maps of the estimates; 5. L_con, the squared constraint values of the estimates. Throws
+///    maps of the estimates; 5. L_con, the squared constraint values of the estimates (each
+///    times its `options.con_weights` entry, or a constraint count it does not match). Throws
 ///    InputError if N < P + 2, shapes disagree with the model, the integrator is dopri5 or
 ///    substeps < 1. A model with an OwnObjective gets the sequence
 ///    instead (the dihedral transforms are not used).
